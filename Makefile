@@ -1,0 +1,57 @@
+# mnist-scale-lab: two commands do all set-up.
+#   make lab    create .venv, install, provision MNIST, start JupyterLab on notebooks/
+#   make test   same set-up, then the unit tests and every notebook under nbmake (quick profile)
+# Override the interpreter with `make PYTHON=python3.12 ...`, the torch build with
+# `make TORCH_SPEC="torch torchvision" ...` (e.g. to let pip pick a build for your CUDA).
+
+PYTHON      ?= python3
+VENV        ?= .venv
+PY          := $(VENV)/bin/python
+# The versions the series is tested with; on the lab machines pip takes them from local disk.
+TORCH_SPEC  ?= torch==2.14.1 torchvision==0.29.1
+DATA_ROOT   ?= data
+NB_TIMEOUT  ?= 900
+STAMP       := $(VENV)/.installed
+
+.PHONY: lab test unit notebooks data install clean distclean strip
+
+$(PY):
+	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install $(TORCH_SPEC)
+	$(PY) -m pip install -e '.[dev]'
+	$(PY) -m mnist_helpers.env_check --quiet
+	touch $(STAMP)
+
+install: $(STAMP)
+
+data: install
+	$(PY) -m mnist_helpers.data --root $(DATA_ROOT)
+
+lab: data
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+
+unit: data
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra
+
+notebooks: data
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
+	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+
+test: data
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
+	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+
+strip: install
+	$(PY) -m mnist_helpers.nbstrip notebooks
+
+clean:
+	rm -rf .pytest_cache build *.egg-info results/*.tmp
+	find . -name __pycache__ -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) $(DATA_ROOT)

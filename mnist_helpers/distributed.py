@@ -1,0 +1,129 @@
+"""The distributed core (introduced in 00_setup_and_data, taught in 06_ddp_fundamentals).
+
+A worker calls ``init_distributed()`` once. Under torchrun it reads ``RANK``, ``WORLD_SIZE`` and
+``LOCAL_RANK`` from the environment (torchrun never passes ``--local_rank`` on the command line) and
+joins the process group; run with plain Python it is a world of one and no process group is made.
+
+Backend: ``nccl`` when every process on this node has a GPU of its own, else ``gloo`` (CPU, or fewer
+GPUs than processes). Evaluation is exact: each rank scores a disjoint shard (no padding duplicates,
+unlike DistributedSampler) and the sums are all-reduced.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int            # global rank, 0 .. world_size-1
+    local_rank: int      # rank on this node: picks the GPU
+    world_size: int      # number of processes in the job
+    backend: str | None  # nccl, gloo, or None for a world of one
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 prints, writes results and saves snapshots."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1 or dist.is_initialized()
+
+
+def env_rank() -> tuple[int, int, int]:
+    """(rank, local_rank, world_size) from torchrun's environment; (0, 0, 1) without torchrun."""
+    def read(name, default):
+        raw = os.environ.get(name)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise ValueError(f"environment variable {name} must be an integer, got {raw!r}") from None
+    return read("RANK", 0), read("LOCAL_RANK", 0), read("WORLD_SIZE", 1)
+
+
+def choose_backend(local_world_size: int | None = None) -> str:
+    """``nccl`` if CUDA works and every local process gets its own GPU, otherwise ``gloo``."""
+    if local_world_size is None:
+        local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+        return "nccl"
+    return "gloo"
+
+
+def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> DistContext:
+    """Join the process group torchrun prepared (or none for a world of one) and pick this process's device."""
+    rank, local_rank, world_size = env_rank()
+    if backend == "auto":
+        backend = choose_backend()
+    if backend not in ("nccl", "gloo", "mpi"):
+        raise ValueError(f"backend must be auto, nccl, gloo or mpi; got {backend!r}")
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+    if world_size == 1 and "MASTER_ADDR" not in os.environ:
+        return DistContext(rank, local_rank, world_size, None, device)
+    kwargs = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
+    if backend == "nccl":
+        kwargs["device_id"] = device  # binds the communicator to this GPU early (no device guessing)
+    dist.init_process_group(backend=backend, **kwargs)
+    return DistContext(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
+
+
+def cleanup() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def shard(n: int, rank: int, world_size: int) -> slice:
+    """This rank's contiguous, disjoint part of ``range(n)``; the parts cover it exactly (sizes differ by <= 1)."""
+    base, extra = divmod(n, world_size)
+    start = rank * base + min(rank, extra)
+    return slice(start, start + base + (1 if rank < extra else 0))
+
+
+def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    """Sum a few numbers over all ranks (float64, so counts up to 2**53 stay exact)."""
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    if dist.is_initialized():
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def evaluate_exact(model: nn.Module, X: torch.Tensor, y: torch.Tensor, ctx: DistContext,
+                   batch_size: int = 1024, amp: str = "none") -> dict:
+    """Test accuracy over every image exactly once across ranks: ``{"loss", "acc", "correct", "count"}``."""
+    from .train import evaluate
+
+    part = shard(len(X), ctx.rank, ctx.world_size)
+    local = evaluate(getattr(model, "module", model), X[part], y[part], batch_size, amp)
+    loss_sum, correct, count = all_reduce_sum([local["loss_sum"], local["correct"], local["count"]], ctx.device)
+    return {"loss": loss_sum / count, "acc": correct / count, "correct": int(correct), "count": int(count)}
+
+
+def params_digest(model: nn.Module) -> str:
+    """sha256 of every parameter's bytes: equal digests mean bit-identical replicas."""
+    h = hashlib.sha256()
+    for p in getattr(model, "module", model).parameters():
+        h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+def gather_objects(obj) -> list:
+    """Every rank's ``obj``, in rank order (a list of one without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out

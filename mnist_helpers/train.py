@@ -1,0 +1,370 @@
+"""The training core shared by notebooks and workers (introduced in 00_setup_and_data, used from 02 on).
+
+``TrainConfig`` holds every knob with a one-line help; ``TrainConfig.from_args`` turns it into command
+line flags (``--batch-size 64``), so workers and notebooks speak the same vocabulary.
+``fit(cfg)`` trains one process and returns its per-epoch history; DDP workers compose the same
+pieces (``build_training``, ``make_train_batches``, ``train_one_epoch``, ``evaluate``) around a
+process group, so single-device and distributed runs share one training loop.
+
+Conventions: ``batch_size`` is per process and per optimizer step; ``grad_accum`` splits it into that
+many micro-batches (same optimisation, less activation memory); the global batch is
+``batch_size * world_size``.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .models import MODELS, build_model
+
+AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _f(default, help: str, **kw):
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run needs. Every field is a ``--flag`` of the workers."""
+
+    model: str = _f("net", "model: net (the article's), netbn (with BatchNorm), fastnet (small, fast)")
+    num_epochs: int = _f(1, "passes over the training set", flag="epochs")
+    batch_size: int = _f(128, "images per optimizer step, per process (global batch = batch_size x world_size)")
+    test_batch_size: int = _f(256, "images per evaluation batch")
+    lr: float = _f(1e-3, "learning rate (peak rate with the onecycle scheduler)")
+    optimizer: str = _f("adam", "adam (the article's) or sgd (momentum 0.9)")
+    scheduler: str = _f("none", "none, or onecycle (warm-up then anneal, per step)")
+    amp: str = _f("none", "mixed precision: none, bf16, or fp16 (with GradScaler)")
+    grad_accum: int = _f(1, "micro-batches per optimizer step; batch_size must divide evenly")
+    seed: int = _f(0, "seed for weights, shuffling and dropout")
+    subset: int | None = _f(None, "train on the first N training images only (None: all 60,000)")
+    max_steps: int | None = _f(None, "stop after this many optimizer steps in total (None: no limit)")
+    loader: str = _f("tensor", "tensor (in-memory batches) or dataloader (torchvision Dataset + DataLoader)")
+    num_workers: int = _f(0, "DataLoader worker processes (loader=dataloader only)")
+    pin_memory: bool = _f(False, "pinned host memory for faster copies to a GPU (loader=dataloader only)")
+    device: str = _f("auto", "auto (cuda if available, else cpu), cpu, cuda, cuda:N")
+    threads: int | None = _f(None, "torch.set_num_threads for this process (None: leave as is)")
+    channels_last: bool = _f(False, "NHWC memory format for images and convolution weights")
+    data_root: str | None = _f(None, "folder holding MNIST/raw (None: MNIST_DATA_ROOT or data/ in the checkout)")
+    progress: bool = _f(False, "show a tqdm progress bar per epoch")
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "TrainConfig":
+        """Raise ValueError with a message that says what is wrong and what is allowed."""
+        def positive_int(name, allow_none=False):
+            v = getattr(self, name)
+            if v is None and allow_none:
+                return
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+
+        for name in ("num_epochs", "batch_size", "test_batch_size", "grad_accum"):
+            positive_int(name)
+        for name in ("subset", "max_steps", "threads"):
+            positive_int(name, allow_none=True)
+        if self.subset is not None and self.subset > 60000:
+            raise ValueError(f"subset must be at most 60000 (the training set), got {self.subset}")
+        if not isinstance(self.lr, (int, float)) or not math.isfinite(self.lr) or self.lr <= 0:
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        choices = {"model": tuple(MODELS), "optimizer": ("adam", "sgd"), "scheduler": ("none", "onecycle"),
+                   "amp": tuple(AMP_DTYPES), "loader": ("tensor", "dataloader")}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+        if self.batch_size % self.grad_accum:
+            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum}): "
+                             f"each optimizer step is split into grad_accum equal micro-batches")
+        if not isinstance(self.num_workers, int) or self.num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+        if not (self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:")):
+            raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")
+        return self
+
+    def replace(self, **changes) -> "TrainConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Add one ``--flag`` per field (``--epochs`` for num_epochs), typed from the defaults."""
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.metadata.get("flag", f.name).replace("_", "-")
+            names = [flag] + ([f"--{f.name.replace('_', '-')}"] if "flag" in f.metadata else [])
+            if isinstance(f.default, bool):
+                parser.add_argument(*names, dest=f.name, action=argparse.BooleanOptionalAction,
+                                    default=f.default, help=f.metadata["help"])
+                continue
+            kind = {"int | None": _optional(int), "str | None": _optional(str), "int": int,
+                    "float": float, "str": str}[str(f.type)]
+            parser.add_argument(*names, dest=f.name, type=kind, default=f.default,
+                                help=f"{f.metadata['help']} (default: {f.default})")
+
+    @classmethod
+    def from_namespace(cls, ns: argparse.Namespace) -> "TrainConfig":
+        return cls(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_args(cls, argv: list[str] | None = None) -> "TrainConfig":
+        parser = argparse.ArgumentParser()
+        cls.add_arguments(parser)
+        return cls.from_namespace(parser.parse_args(argv))
+
+    def to_args(self) -> list[str]:
+        """The flags that reproduce this config (only those that differ from the defaults)."""
+        args = []
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v == f.default:
+                continue
+            flag = "--" + f.metadata.get("flag", f.name).replace("_", "-")
+            if isinstance(v, bool):
+                args.append(flag if v else "--no-" + flag[2:])
+            else:
+                args += [flag, str(v)]
+        return args
+
+
+def _optional(kind):
+    def parse(text: str):
+        return None if text.lower() in ("none", "") else kind(text)
+    parse.__name__ = kind.__name__
+    return parse
+
+
+# --------------------------------------------------------------------------- set-up
+
+def select_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
+    """``auto``: this process's GPU (cuda:LOCAL_RANK) when CUDA works, else the CPU."""
+    if spec == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda", local_rank % torch.cuda.device_count())
+        return torch.device("cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} was asked for but CUDA is not available here; use device='cpu' or 'auto'")
+    return dev
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices) so a run can be repeated."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def check_amp(amp: str, device: torch.device) -> None:
+    """Fail early, with a clear message, when this device cannot autocast to the requested dtype."""
+    dtype = AMP_DTYPES[amp]
+    if dtype is None:
+        return
+    if device.type == "cuda" and dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ValueError(f"amp='bf16' needs a GPU with bfloat16 support ({torch.cuda.get_device_name(device)} "
+                         "has none); use amp='fp16' (with GradScaler) or amp='none'")
+    try:
+        with torch.autocast(device.type, dtype=dtype):
+            conv = nn.Conv2d(1, 2, 3).to(device)
+            conv(torch.zeros(1, 1, 5, 5, device=device)).sum()
+    except Exception as e:
+        raise ValueError(f"amp={amp!r} is not supported on {device} with torch {torch.__version__} "
+                         f"({type(e).__name__}: {e}); use amp='bf16' or amp='none'") from None
+
+
+@dataclass
+class Training:
+    """The objects one run trains with (what a snapshot saves)."""
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    scaler: torch.amp.GradScaler | None
+    device: torch.device
+
+
+def build_training(cfg: TrainConfig, device: torch.device, steps_per_epoch: int) -> Training:
+    """Model (seeded), optimizer, optional OneCycle scheduler and, for fp16, a GradScaler."""
+    check_amp(cfg.amp, device)
+    seed_everything(cfg.seed)
+    model = build_model(cfg.model).to(device)
+    if cfg.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    if cfg.optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=0.9, nesterov=True)
+    sched = None
+    if cfg.scheduler == "onecycle":
+        total = steps_per_epoch * cfg.num_epochs
+        if cfg.max_steps:
+            total = min(total, cfg.max_steps)
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(total, 1), pct_start=0.25)
+    scaler = torch.amp.GradScaler(device.type) if cfg.amp == "fp16" else None
+    return Training(model, opt, sched, scaler, device)
+
+
+def make_train_batches(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1):
+    """The training batches for this process: in-memory ``TensorBatches`` or a torchvision DataLoader
+    (with a DistributedSampler when world_size > 1). Both have ``set_epoch`` and ``len``."""
+    from .data import TensorBatches, load_mnist, mnist_datasets
+
+    if cfg.loader == "tensor":
+        X, y, _, _ = load_mnist(cfg.data_root, device=device, subset=cfg.subset)
+        return TensorBatches(X, y, cfg.batch_size, shuffle=True, seed=cfg.seed, rank=rank, world_size=world_size)
+    from torch.utils.data import DataLoader, DistributedSampler, Subset
+
+    train_ds, _ = mnist_datasets(cfg.data_root)
+    if cfg.subset:
+        train_ds = Subset(train_ds, range(cfg.subset))
+    sampler = DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed) \
+        if world_size > 1 else None
+    loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=sampler is None, sampler=sampler,
+                        num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
+                        persistent_workers=cfg.num_workers > 0,
+                        generator=torch.Generator().manual_seed(cfg.seed))
+    loader.set_epoch = sampler.set_epoch if sampler else (lambda epoch: loader.generator.manual_seed(cfg.seed + epoch))
+    return loader
+
+
+def load_test_set(cfg: TrainConfig, device: torch.device):
+    from .data import load_mnist
+
+    _, _, X_test, y_test = load_mnist(cfg.data_root, device=device, subset=(1, 10000))
+    return X_test, y_test
+
+
+# --------------------------------------------------------------------------- the loop
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_one_epoch(tr: Training, batches: Iterable, cfg: TrainConfig, *, max_steps: int | None = None,
+                    no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+                    on_step: Callable[[int, float], None] | None = None) -> dict:
+    """One pass over ``batches``. Returns ``{"loss", "images", "steps", "seconds", "images_per_s"}``.
+
+    Each batch is one optimizer step, split into ``cfg.grad_accum`` micro-batches whose losses are
+    weighted so the summed gradient equals the whole batch's. ``no_sync`` (DDP's ``model.no_sync``)
+    skips the all-reduce on all but the last micro-batch. ``max_steps`` stops early.
+    """
+    model, opt, device = tr.model, tr.optimizer, tr.device
+    dtype = AMP_DTYPES[cfg.amp]
+    model.train()
+    loss_sum = torch.zeros((), device=device)  # summed on device: no host sync per step
+    images = steps = 0
+    if cfg.progress:
+        from tqdm.auto import tqdm
+        batches = tqdm(batches, leave=False, desc="train")
+    _sync(device)
+    t0 = time.perf_counter()
+    for X, y in batches:
+        if max_steps is not None and steps >= max_steps:
+            break
+        X = X.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        if cfg.channels_last:
+            X = X.contiguous(memory_format=torch.channels_last)
+        opt.zero_grad(set_to_none=True)
+        n = len(X)
+        chunks = list(zip(X.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
+        for i, (Xc, yc) in enumerate(chunks):
+            last = i == len(chunks) - 1
+            ctx = no_sync() if (no_sync is not None and not last) else contextlib.nullcontext()
+            with ctx:
+                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+                    out = model(Xc)
+                    loss = F.nll_loss(out.float(), yc, reduction="sum") / n
+                (tr.scaler.scale(loss) if tr.scaler else loss).backward()
+            loss_sum += loss.detach() * n
+        if tr.scaler:
+            tr.scaler.step(opt)
+            tr.scaler.update()
+        else:
+            opt.step()
+        if tr.scheduler:
+            tr.scheduler.step()
+        images += n
+        steps += 1
+        if on_step:
+            on_step(steps, float(loss_sum) / images)  # running mean loss (one host sync per step)
+    _sync(device)
+    seconds = time.perf_counter() - t0
+    return {"loss": float(loss_sum) / max(images, 1), "images": images, "steps": steps,
+            "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else float("nan")}
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
+             amp: str = "none", channels_last: bool = False) -> dict:
+    """Summed loss and correct count over (X, y), plus their means: ``{"loss_sum", "correct", "count",
+    "loss", "acc"}``. Sums (not means) so distributed evaluation can add them across ranks exactly."""
+    model.eval()
+    dtype = AMP_DTYPES[amp]
+    device = X.device
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    for start in range(0, len(X), batch_size):
+        Xb, yb = X[start:start + batch_size], y[start:start + batch_size]
+        if channels_last:
+            Xb = Xb.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            out = model(Xb).float()
+        loss_sum += F.nll_loss(out, yb, reduction="sum").double()
+        correct += (out.argmax(1) == yb).sum()
+    count = len(X)
+    return {"loss_sum": float(loss_sum), "correct": int(correct), "count": count,
+            "loss": float(loss_sum) / max(count, 1), "acc": int(correct) / max(count, 1)}
+
+
+def epoch_line(epoch: int, stats: dict, ev: dict | None, rank: int = 0) -> str:
+    """The series' fixed-width log line: ``[rank 0] epoch 1 | loss 0.1234 | acc 98.71% | 4.2 s | 14,230 img/s``."""
+    acc = f"{100 * ev['acc']:6.2f}%" if ev else "   n/a "
+    return (f"[rank {rank}] epoch {epoch:>2} | loss {stats['loss']:.4f} | acc {acc} | "
+            f"{stats['seconds']:6.1f} s | {stats['images_per_s']:>9,.0f} img/s")
+
+
+def fit(cfg: TrainConfig, *, on_epoch: Callable[[dict], None] | None = None,
+        on_step: Callable[[int, float], None] | None = None, verbose: bool = True) -> dict:
+    """Train one process on one device. Returns ``{"config", "device", "history", "final_test_acc", "model"}``;
+    ``history`` has one dict per epoch: epoch, seconds, images, images_per_s, train_loss, test_loss, test_acc."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = select_device(cfg.device)
+    batches = make_train_batches(cfg, device)
+    X_test, y_test = load_test_set(cfg, device)
+    tr = build_training(cfg, device, steps_per_epoch=len(batches))
+    history, steps_done = [], 0
+    for epoch in range(1, cfg.num_epochs + 1):
+        batches.set_epoch(epoch)
+        left = None if cfg.max_steps is None else cfg.max_steps - steps_done
+        if left is not None and left <= 0:
+            break
+        stats = train_one_epoch(tr, batches, cfg, max_steps=left, on_step=on_step)
+        steps_done += stats["steps"]
+        ev = evaluate(tr.model, X_test, y_test, cfg.test_batch_size, cfg.amp, cfg.channels_last)
+        row = {"epoch": epoch, "seconds": stats["seconds"], "images": stats["images"], "steps": stats["steps"],
+               "images_per_s": stats["images_per_s"], "train_loss": stats["loss"],
+               "test_loss": ev["loss"], "test_acc": ev["acc"]}
+        history.append(row)
+        if verbose:
+            print(epoch_line(epoch, stats, ev), flush=True)
+        if on_epoch:
+            on_epoch(row)
+    return {"config": cfg.to_dict(), "device": str(device), "history": history,
+            "final_test_acc": history[-1]["test_acc"] if history else None, "model": tr.model}

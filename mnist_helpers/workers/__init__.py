@@ -1,0 +1,1 @@
+"""DDP worker scripts, launched with torchrun (or plain Python for a world of one)."""

@@ -1,0 +1,172 @@
+"""Train MNIST with DistributedDataParallel: one script for one process, one node or many nodes.
+
+Introduced in 00_setup_and_data; taught in 06_ddp_fundamentals. Launch it from a notebook with
+``mnist_helpers.launch.torchrun("mnist_helpers.workers.ddp_train", [...], nproc=2)``, or by hand:
+
+    # one process, no torchrun (world size 1, no process group)
+    python -m mnist_helpers.workers.ddp_train --epochs 1 --out results/run.json
+    # one node, 2 processes (gloo on CPU, nccl when each process has a GPU)
+    torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.ddp_train --epochs 1
+    # two nodes, 4 GPUs each: run on both nodes, HOST being node 0's address
+    torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \\
+        --rdzv-id=mnist1 -m mnist_helpers.workers.ddp_train --epochs 1
+
+Every ``TrainConfig`` field is a flag (``--batch-size`` is per process). Extra flags:
+``--out PATH`` (rank 0 writes the results JSON), ``--snapshot PATH`` (saved atomically after every
+epoch; a restarted job resumes from it), ``--backend``, ``--timeout`` (seconds for collectives).
+Workers never download: the launcher provisions MNIST first (``make data`` by hand).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mnist_helpers.distributed import (DistContext, cleanup, evaluate_exact, gather_objects, init_distributed,
+                                       params_digest)
+from mnist_helpers.resources import machine_info
+from mnist_helpers.train import (TrainConfig, Training, build_training, epoch_line, load_test_set,
+                                 make_train_batches, train_one_epoch)
+
+
+def atomic_save(obj, path: Path) -> None:
+    """tmp file + fsync + rename in the same folder: a crash mid-write never leaves a torn snapshot."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+class Trainer:
+    """Same shape as pytorch/examples' DDP tutorial: _run_epoch, _save_snapshot, train."""
+
+    def __init__(self, cfg: TrainConfig, ctx: DistContext, snapshot: Path | None):
+        self.cfg, self.ctx, self.snapshot = cfg, ctx, snapshot
+        self.batches = make_train_batches(cfg, ctx.device, ctx.rank, ctx.world_size)
+        self.X_test, self.y_test = load_test_set(cfg, ctx.device)
+        self.tr: Training = build_training(cfg, ctx.device, steps_per_epoch=len(self.batches))
+        self.module = self.tr.model
+        if ctx.world_size > 1:
+            # DDP broadcasts rank 0's initial weights, then all-reduces gradients during backward().
+            ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+            self.tr.model = DDP(self.module, device_ids=ids)
+        self.epochs_run, self.steps_run, self.history = 0, 0, []
+        if snapshot is not None and snapshot.exists():
+            self._load_snapshot()
+
+    def _load_snapshot(self) -> None:
+        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
+        snap = torch.load(self.snapshot, map_location=self.ctx.device, weights_only=True)
+        self.module.load_state_dict(snap["model"])
+        self.tr.optimizer.load_state_dict(snap["optimizer"])
+        if self.tr.scheduler and snap.get("scheduler"):
+            self.tr.scheduler.load_state_dict(snap["scheduler"])
+        if self.tr.scaler and snap.get("scaler"):
+            self.tr.scaler.load_state_dict(snap["scaler"])
+        self.epochs_run, self.steps_run = snap["epoch"], snap["steps"]
+        self.history = json.loads(snap["history"])
+        torch.set_rng_state(snap["rng"]["torch"])
+        random.setstate(snap["rng"]["python"])
+        np.random.set_state(("MT19937", snap["rng"]["numpy"].numpy(), *snap["rng"]["numpy_rest"]))
+        if self.ctx.is_main:
+            print(f"[rank 0] resumed from {self.snapshot} at epoch {self.epochs_run}", flush=True)
+
+    def _save_snapshot(self) -> None:
+        np_state = np.random.get_state()
+        snap = {"model": self.module.state_dict(), "optimizer": self.tr.optimizer.state_dict(),
+                "scheduler": self.tr.scheduler.state_dict() if self.tr.scheduler else None,
+                "scaler": self.tr.scaler.state_dict() if self.tr.scaler else None,
+                "epoch": self.epochs_run, "steps": self.steps_run, "history": json.dumps(self.history),
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                        "numpy": torch.from_numpy(np_state[1].copy()), "numpy_rest": list(np_state[2:])}}
+        atomic_save(snap, self.snapshot)
+
+    def _run_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)  # a new shuffle per epoch on every rank (else every epoch repeats)
+        left = None if self.cfg.max_steps is None else self.cfg.max_steps - self.steps_run
+        no_sync = self.tr.model.no_sync if isinstance(self.tr.model, DDP) else None
+        stats = train_one_epoch(self.tr, self.batches, self.cfg, max_steps=left, no_sync=no_sync)
+        self.steps_run += stats["steps"]
+        ev = evaluate_exact(self.tr.model, self.X_test, self.y_test, self.ctx, self.cfg.test_batch_size, self.cfg.amp)
+        images = stats["images"] * self.ctx.world_size  # every rank runs the same number of equal steps
+        self.history.append({"epoch": epoch, "seconds": stats["seconds"], "images": images,
+                             "steps": stats["steps"], "images_per_s": images / stats["seconds"],
+                             "train_loss": stats["loss"], "test_loss": ev["loss"], "test_acc": ev["acc"],
+                             "test_count": ev["count"]})
+        if self.ctx.is_main:
+            print(epoch_line(epoch, {**stats, "images_per_s": images / stats["seconds"]}, ev), flush=True)
+
+    def train(self) -> None:
+        for epoch in range(self.epochs_run + 1, self.cfg.num_epochs + 1):
+            if self.cfg.max_steps is not None and self.steps_run >= self.cfg.max_steps:
+                break
+            self._run_epoch(epoch)
+            self.epochs_run = epoch
+            if self.snapshot is not None and self.ctx.is_main:
+                self._save_snapshot()
+
+
+def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None, backend: str = "auto",
+         timeout: float | None = None) -> dict:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ctx = init_distributed(backend, timeout)
+    try:
+        if ctx.is_main:
+            print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} | device {ctx.device} "
+                  f"| global batch {cfg.batch_size * ctx.world_size}", flush=True)
+        t0 = time.perf_counter()
+        trainer = Trainer(cfg, ctx, Path(snapshot) if snapshot else None)
+        trainer.train()
+        digests = gather_objects(params_digest(trainer.tr.model))
+        result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+                  "config": cfg.to_dict(), "history": trainer.history,
+                  "final_test_acc": trainer.history[-1]["test_acc"] if trainer.history else None,
+                  "param_digests": digests, "wall_seconds": time.perf_counter() - t0, "machine": machine_info()}
+        if ctx.is_main and out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(out).with_suffix(".tmp")
+            tmp.write_text(json.dumps(result, indent=1))
+            os.replace(tmp, out)
+        return result
+    finally:
+        cleanup()
+
+
+@record  # on failure torchrun reports this rank's traceback as the root cause
+def cli(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.ddp_train",
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    TrainConfig.add_arguments(ap)
+    ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")
+    ap.add_argument("--snapshot", default=None, help="save after every epoch, resume if present")
+    ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "mpi"])
+    ap.add_argument("--timeout", type=float, default=None, help="seconds before a stuck collective fails")
+    args = ap.parse_args(argv)
+    try:
+        cfg = TrainConfig.from_namespace(args)
+    except ValueError as e:
+        ap.error(str(e))
+    main(cfg, args.out, args.snapshot, args.backend, args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
