@@ -1,0 +1,54 @@
+import pytest
+import torch
+
+from mnist_helpers.train import TrainConfig, fit
+
+
+@pytest.mark.parametrize("changes,match", [
+    ({"batch_size": 0}, "batch_size must be a positive integer, got 0"),
+    ({"lr": -1.0}, "lr must be a positive finite number"),
+    ({"amp": "fp8"}, "amp must be one of none, bf16, fp16"),
+    ({"model": "vgg"}, "model must be one of"),
+    ({"batch_size": 100, "grad_accum": 3}, "must be divisible by grad_accum"),
+    ({"subset": 70000}, "subset must be at most 60000"),
+    ({"device": "tpu"}, "device must be"),
+])
+def test_config_validation_messages(changes, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig(**changes)
+
+
+def test_flags_round_trip():
+    cfg = TrainConfig(model="fastnet", num_epochs=3, batch_size=64, amp="bf16", subset=1000, channels_last=True)
+    assert TrainConfig.from_args(cfg.to_args()) == cfg
+    assert TrainConfig.from_args(["--epochs", "2", "--max-steps", "none"]).num_epochs == 2
+
+
+def test_grad_accum_equals_big_batch_gradient(small_mnist):
+    """k micro-batches give the same update as one batch (same optimisation, less memory)."""
+    X, y, Xt, yt = small_mnist
+    from mnist_helpers.train import build_training, train_one_epoch
+    from mnist_helpers.data import TensorBatches
+    params = []
+    for k in (1, 4):
+        cfg = TrainConfig(model="net", batch_size=64, grad_accum=k, optimizer="sgd", lr=0.05)
+        tr = build_training(cfg, torch.device("cpu"), steps_per_epoch=1)
+        train_one_epoch(tr, TensorBatches(X[:128], y[:128], 64, shuffle=False), cfg)
+        params.append(torch.cat([p.detach().flatten() for p in tr.model.parameters()]))
+    assert torch.allclose(params[0], params[1], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_fastnet_one_epoch_full_set_reaches_97_percent(mnist_root):
+    cfg = TrainConfig(model="fastnet", num_epochs=1, lr=3e-3, data_root=str(mnist_root))
+    r = fit(cfg, verbose=False)
+    (row,) = r["history"]
+    assert row["images"] == 60000 and row["steps"] == 469
+    assert row["test_acc"] >= 0.97
+    assert row["train_loss"] < 0.5  # from ln(10) = 2.30 at the start
+
+
+def test_max_steps_and_bf16_path(mnist_root):
+    cfg = TrainConfig(model="fastnet", num_epochs=2, max_steps=5, amp="bf16", subset=2000, data_root=str(mnist_root))
+    r = fit(cfg, verbose=False)
+    assert sum(h["steps"] for h in r["history"]) == 5
