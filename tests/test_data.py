@@ -128,3 +128,16 @@ def test_tensor_batches_shuffle_shard_and_drop_last():
     assert len(dl) == 10 and all(len(yb) == 10 for _, yb in dl)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         TensorBatches(X, y, 0)
+
+
+def test_torchvision_does_not_verify_but_we_do(mnist_root, tmp_path):
+    """Evidence for the README: torchvision loads a corrupted file silently; verify_mnist refuses it."""
+    from torchvision.datasets import MNIST
+    root = copy_root(mnist_root, tmp_path)
+    victim = raw_dir(root) / "t10k-labels-idx1-ubyte"
+    blob = bytearray(victim.read_bytes())
+    blob[8] = (blob[8] + 1) % 10  # the first test label, 7, becomes 8
+    victim.write_bytes(bytes(blob))
+    assert MNIST(str(root), train=False)[0][1] == 8  # no error: the wrong label goes into training
+    with pytest.raises(DataError, match="t10k-labels-idx1-ubyte is corrupt"):
+        verify_mnist(root)
