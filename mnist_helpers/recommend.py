@@ -13,7 +13,7 @@ A machine description is a dict like ``resources.machine_info()`` returns; only 
 ``logical_cores`` (int >= 1), ``ram_gib`` (> 0), ``gpus`` (list of ``{"name", "memory_gib",
 optional "capability": "8.6"}``), optional ``usable_cores`` (cores this process may use) and ``simd``
 (CPU features such as ``"amx_bf16"``). These are rules of thumb, the article's and ours; notebooks 03
-(workers), 04 (batch size), 07 (processes) and 08 (precision) measure whether they hold.
+(workers), 04 (batch size), 05 (precision) and 07 (processes) measure whether they hold.
 """
 from __future__ import annotations
 
@@ -199,7 +199,7 @@ def recommend_config(machine: dict | None = None, *, model: str = "net") -> list
         amx = "amx_bf16" in m["simd"] or "avx512_bf16" in m["simd"]
         add("amp", "none", "CPU training in float32" + (
             "; this CPU has bf16 instructions (AMX/AVX512-BF16), so amp='bf16' may be faster: measure it first "
-            "(notebook 08)" if amx else "; without bf16 instructions (AMX/AVX512-BF16) autocast only adds casts"))
+            "(notebook 05)" if amx else "; without bf16 instructions (AMX/AVX512-BF16) autocast only adds casts"))
     return rows
 
 
