@@ -78,7 +78,7 @@ class Trainer:
     shared with ``fit()`` so that mixed precision and gradient accumulation behave the same everywhere.
     """
 
-    def __init__(self, cfg: TrainConfig, tr: Training, batches, test_set, snapshot: Path | None,
+    def __init__(self, cfg: TrainConfig, tr: Training, batches, test_set, snapshot: Path | None,  # DDP:
                  ctx: DistContext):  # DDP: the trainer knows its rank and world size
         self.cfg, self.tr, self.batches, self.snapshot = cfg, tr, batches, snapshot
         self.X_test, self.y_test = test_set

@@ -1,0 +1,130 @@
+"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py (06_ddp_fundamentals).
+
+Each step must keep the previous one's code lines, except lines it marks: every line a step adds or
+changes carries its marker (``# DDP:`` for ddp_spawn, ``# torchrun:`` for ddp_train), and a line may
+only disappear if the previous step had marked it. Indentation and blank lines do not count (a block
+moved under ``try:`` is the same code), nor do module docstrings (each file's manual). Then the three
+workers run for real: one process, two processes under mp.spawn (gloo), two under torchrun.
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mnist_helpers.launch import torchrun
+
+WORKERS = Path(__file__).resolve().parents[1] / "mnist_helpers" / "workers"
+STEPS = [("single.py", None), ("ddp_spawn.py", "# DDP:"), ("ddp_train.py", "# torchrun:")]
+MARKERS = [m for _, m in STEPS if m]
+RESULT_KEYS = {"world_size", "backend", "device", "config", "history", "final_test_acc", "param_digests",
+               "wall_seconds", "machine"}
+ROW_KEYS = {"epoch", "seconds", "images", "steps", "images_per_s", "train_loss", "test_loss", "test_acc",
+            "test_count"}
+ARGS = ["--model", "fastnet", "--subset", "512", "--epochs", "1", "--batch-size", "64", "--lr", "3e-3"]
+
+
+def code_lines(path: Path) -> list[str]:
+    """The file's non-blank lines after its module docstring, without indentation."""
+    src = path.read_text()
+    body = ast.parse(src).body
+    start = body[0].end_lineno if body and isinstance(body[0], ast.Expr) and isinstance(
+        getattr(body[0], "value", None), ast.Constant) else 0
+    return [ln.strip() for ln in src.splitlines()[start:] if ln.strip()]
+
+
+def unmarked_changes(prev: list[str], new: list[str], marker: str) -> list[str]:
+    """Lines that break the rule, as readable messages (empty when the step is clean)."""
+    problems = []
+    matcher = difflib.SequenceMatcher(a=prev, b=new, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        problems += [f"added/changed without {marker!r}: {ln}" for ln in new[j1:j2] if marker not in ln]
+        if j1 == j2:  # lines dropped with nothing in their place: only marked ones may go
+            problems += [f"dropped an unmarked line: {ln}" for ln in prev[i1:i2]
+                         if not any(m in ln for m in MARKERS)]
+    return problems
+
+
+def changed_lines(prev: list[str], new: list[str]) -> int:
+    matcher = difflib.SequenceMatcher(a=prev, b=new, autojunk=False)
+    return sum(j2 - j1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal")
+
+
+@pytest.mark.parametrize("step", [1, 2], ids=["single->ddp_spawn", "ddp_spawn->ddp_train"])
+def test_each_step_keeps_the_previous_lines_except_marked_ones(step):
+    (prev_name, _), (name, marker) = STEPS[step - 1], STEPS[step]
+    prev, new = code_lines(WORKERS / prev_name), code_lines(WORKERS / name)
+    problems = unmarked_changes(prev, new, marker)
+    assert not problems, f"{prev_name} -> {name}:\n" + "\n".join(problems)
+    # a small diff: most of the file is the previous step, unchanged
+    assert changed_lines(prev, new) < 0.35 * len(new), f"{name} rewrites too much of {prev_name}"
+
+
+def test_the_rule_catches_an_unmarked_change():
+    prev = ["a = 1", "b = 2  # DDP: x", "c = 3"]
+    assert unmarked_changes(prev, ["a = 1", "c = 4"], "# torchrun:") == ["added/changed without '# torchrun:': c = 4"]
+    assert unmarked_changes(prev, ["b = 2  # DDP: x", "c = 3"], "# torchrun:") == ["dropped an unmarked line: a = 1"]
+    assert unmarked_changes(prev, ["a = 1", "c = 3"], "# torchrun:") == []  # a marked line may go
+    assert unmarked_changes(prev, ["a = 1", "b = 2  # DDP: x", "c = 3  # torchrun: y"], "# torchrun:") == []
+
+
+def test_every_worker_has_the_same_shape():
+    for name, _ in STEPS:
+        tree = ast.parse((WORKERS / name).read_text())
+        functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        trainer = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Trainer")
+        methods = {n.name for n in trainer.body if isinstance(n, ast.FunctionDef)}
+        assert {"_run_epoch", "_save_snapshot", "_load_snapshot", "train"} <= methods, name
+        assert {"load_train_objs", "prepare_batches", "main", "cli"} <= functions, name
+
+
+def test_ddp_train_keeps_its_flags():
+    import argparse
+
+    from mnist_helpers.train import TrainConfig
+    from mnist_helpers.workers import ddp_train
+
+    src = (WORKERS / "ddp_train.py").read_text()
+    for flag in ("--out", "--snapshot", "--backend", "--timeout"):
+        assert f'"{flag}"' in src
+    ap = argparse.ArgumentParser()
+    TrainConfig.add_arguments(ap)
+    assert callable(ddp_train.cli) and "TrainConfig.add_arguments(ap)" in src
+
+
+def test_the_three_workers_train_alike(tmp_path, mnist_root):
+    """single == ddp_train without torchrun (bit for bit); mp.spawn == torchrun with 2 processes (bit for bit)."""
+    from mnist_helpers.train import TrainConfig
+    from mnist_helpers.workers import ddp_train, single
+
+    env_args = ARGS + ["--data-root", str(mnist_root)]
+    cfg = TrainConfig.from_args(env_args)
+    # in this process: no torchrun, so ddp_train is a world of one without a process group
+    runs = {"single": single.main(cfg), "ddp_train": ddp_train.main(cfg)}
+    out = tmp_path / "spawn.json"
+    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.workers.ddp_spawn", *env_args, "--nproc", "2",
+                           "--out", str(out)], timeout=120, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    runs["spawn"] = json.loads(out.read_text())
+    runs["torchrun"] = torchrun("mnist_helpers.workers.ddp_train", env_args, nproc=2, timeout=120, echo=False,
+                                device="cpu")
+    for name, run in runs.items():
+        assert set(run) == RESULT_KEYS, name
+        assert set(run["history"][0]) == ROW_KEYS, name
+        assert run["history"][0]["test_count"] == 10_000, name
+    assert runs["single"]["world_size"] == runs["ddp_train"]["world_size"] == 1
+    assert runs["single"]["backend"] is None and runs["ddp_train"]["backend"] is None
+    assert runs["single"]["param_digests"] == runs["ddp_train"]["param_digests"]
+    assert runs["spawn"]["world_size"] == runs["torchrun"]["world_size"] == 2
+    assert runs["spawn"]["backend"] == runs["torchrun"]["backend"] == "gloo"
+    assert len(set(runs["spawn"]["param_digests"])) == 1, "DDP replicas must stay identical"
+    assert runs["spawn"]["param_digests"] == runs["torchrun"]["param_digests"]
+    assert runs["spawn"]["final_test_acc"] == runs["torchrun"]["final_test_acc"]
+    assert runs["spawn"]["history"][0]["images"] == runs["single"]["history"][0]["images"] == 512
