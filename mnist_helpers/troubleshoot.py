@@ -91,7 +91,7 @@ def find_port_holders(port: int) -> list[dict]:
             if conn.pid:
                 with contextlib.suppress(psutil.Error):
                     p = psutil.Process(conn.pid)
-                    info["name"], info["cmdline"] = p.name(), " ".join(p.cmdline())[:160]
+                    info["name"], info["cmdline"] = p.name(), " ".join(p.cmdline()).replace("\n", " ")[:160]
             holders.append(info)
     return holders
 
@@ -111,8 +111,8 @@ def port_is_free(port: int) -> bool:
 def hold_port(port: int | None = None):
     """A separate process listening on ``port`` (like a previous run that never exited); yields (port, process)."""
     port = port or free_port()
-    code = ("import socket, time\ns = socket.socket()\ns.bind(('', %d))\ns.listen()\n"
-            "print('listening', flush=True)\ntime.sleep(600)\n" % port)
+    code = ("import socket, time; s = socket.socket(); s.bind(('', %d)); s.listen(); "
+            "print('listening', flush=True); time.sleep(600)" % port)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         if proc.stdout.readline().strip() != "listening":
