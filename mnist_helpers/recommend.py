@@ -24,7 +24,7 @@ import textwrap
 # Fake machines for the unit tests and for comparison tables in 01.
 EXAMPLE_MACHINES = {
     "2-core CPU laptop": {"cpu_model": "laptop CPU", "logical_cores": 2, "ram_gib": 8, "gpus": []},
-    "article's box (8 cores, one 8 GB GPU)": {
+    "article's 8-core + 8 GB GPU": {
         "cpu_model": "8-core CPU", "logical_cores": 8, "ram_gib": 16,
         "gpus": [{"name": "NVIDIA GeForce RTX 3070", "memory_gib": 8, "capability": "8.6"}]},
     "8-GPU server": {
@@ -218,3 +218,28 @@ def format_table(rows: list[dict], width: int = 110) -> str:
         lines.append(f"{r['setting']:<{w1}}  {str(r['value']):<{w2}}  {wrapped[0]}")
         lines += [f"{'':<{w1}}  {'':<{w2}}  {w}" for w in wrapped[1:]]
     return "\n".join(lines)
+
+
+def measured_threads(hostname: str | None = None, *, path=None) -> tuple[int | None, str]:
+    """The fastest ``torch.set_num_threads`` value in notebook 01's latest threads sweep on this host.
+
+    Rules of thumb assume an idle machine; a measurement on *this* machine beats them. Prefers the
+    latest full-profile sweep, else the latest sweep of any profile. Returns ``(threads, reason)``,
+    or ``(None, reason)`` when the experiment log holds no sweep for this host (then leave torch's default).
+    """
+    import socket
+
+    from . import experiments
+
+    host = hostname or socket.gethostname()
+    rows = [r for r in experiments.query(path, notebook="01", name="threads-sweep", hostname=host)
+            if isinstance(r.get("images_per_s"), dict) and r["images_per_s"]]
+    if not rows:
+        return None, f"no threads sweep from notebook 01 for host {host!r} in the experiment log: torch's default"
+    full = [r for r in rows if "full" in r["tags"].split(",")]
+    row = (full or rows)[-1]
+    ips = {int(k): float(v) for k, v in row["images_per_s"].items()}
+    best = max(ips, key=ips.get)
+    others = ", ".join(f"{t}: {v:,.0f}" for t, v in sorted(ips.items()))
+    return best, (f"fastest in notebook 01's sweep of {row['time']} ({'full' if full else 'quick'} profile; "
+                  f"img/s by threads {others})")

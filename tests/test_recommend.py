@@ -5,7 +5,7 @@ from mnist_helpers.recommend import EXAMPLE_MACHINES, as_kwargs, format_table, r
 
 SETTINGS = {"device", "processes_per_node", "batch_size", "num_workers", "threads_per_process", "pin_memory", "amp"}
 LAPTOP = EXAMPLE_MACHINES["2-core CPU laptop"]
-ARTICLE = EXAMPLE_MACHINES["article's box (8 cores, one 8 GB GPU)"]
+ARTICLE = EXAMPLE_MACHINES["article's 8-core + 8 GB GPU"]
 EIGHT = EXAMPLE_MACHINES["8-GPU server"]
 
 
@@ -73,3 +73,19 @@ def test_malformed_machines_are_rejected_clearly(machine, match):
     with pytest.raises(ValueError, match=match) as e:
         recommend_config(machine)
     assert "machine_info()" in str(e.value), "the message says how to make a valid description"
+
+
+def test_measured_threads_reads_the_latest_sweep_for_this_host(tmp_path):
+    from mnist_helpers import experiments
+    from mnist_helpers.recommend import measured_threads
+
+    log = tmp_path / "log.jsonl"
+    assert measured_threads("h", path=log)[0] is None
+    machine = {"hostname": "h", "cpu_model": "x", "logical_cores": 2, "gpus": []}
+    for tags, ips in ((["full"], {"1": 100.0, "2": 180.0}), (["full"], {"1": 300.0, "2": 120.0}),
+                      (["quick"], {"1": 50.0, "4": 400.0})):
+        experiments.log_run("01", "threads-sweep", config={}, metrics={"images_per_s": ips}, tags=tags,
+                            machine=machine, path=log)
+    threads, reason = measured_threads("h", path=log)
+    assert threads == 1 and "full profile" in reason, "the latest full sweep wins over a later quick one"
+    assert measured_threads("other-host", path=log)[0] is None
