@@ -1,0 +1,363 @@
+"""Peak memory on CPU and CUDA behind one call (introduced in 05_mixed_precision_and_memory).
+
+``peak_memory(fn, device)`` runs ``fn()`` once and returns a :class:`MemoryReport`:
+
+- on CUDA it reads the caching allocator's counters (``reset_peak_memory_stats``,
+  ``max_memory_allocated``; ``memory_summary(device)`` prints the allocator's own table);
+- on CPU there are no such counters, so it runs ``fn`` under ``torch.profiler`` with
+  ``profile_memory=True`` and replays every tensor allocation and free; the profiler also labels each
+  tensor (parameter, gradient, optimizer state, input, activation, temporary), so on CPU the peak
+  comes split by category.
+
+Either way the report separates **persistent** memory (what is still held after ``fn`` returns:
+weights, gradients, optimizer state, the batch) from **transient** memory (peak minus persistent:
+activations saved for backward and temporaries). Mixed precision and gradient accumulation act on the
+transient part only; that is why they must be read separately.
+
+``run_isolated("module:function", **kwargs)`` runs a package function in a fresh Python process and
+adds that process's RSS high-water mark: a cross-check on CPU that counts everything (the allocator's
+slack, libraries), and the only safe way to set ``PYTORCH_CUDA_ALLOC_CONF`` (it is read once, when
+CUDA initialises). ``leak_demo``, ``allocator_fragmentation`` and ``empty_cache_cost`` are the
+notebook's experiments on leaks and the CUDA caching allocator.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import torch
+from torch import nn
+
+MiB = 2**20
+METHODS = ("auto", "cuda", "profiler")
+# How the report groups the profiler's categories (torch.profiler._memory_profiler.Category).
+_GROUPS = {"PARAMETER": "weights", "GRADIENT": "gradients", "OPTIMIZER_STATE": "optimizer_state",
+           "INPUT": "inputs", "ACTIVATION": "activations", "AUTOGRAD_DETAIL": "activations",
+           "TEMPORARY": "activations", None: "activations"}
+CATEGORIES = ("weights", "gradients", "optimizer_state", "inputs", "activations")
+
+
+@dataclass
+class MemoryReport:
+    """What ``peak_memory`` measured. Sizes in bytes; ``mib(name)`` converts."""
+    device: str             # cpu, cuda:0
+    method: str             # cuda (allocator counters) or profiler (allocation replay)
+    peak_bytes: int         # most memory held by tensors at any moment while fn ran (incl. what existed before)
+    before_bytes: int       # held by tensors when fn started
+    persistent_bytes: int   # still held when fn returned: weights, grads, optimizer state, inputs
+    seconds: float          # wall time of the measured call (profiling slows it down: not a speed number)
+    by_category: dict = field(default_factory=dict)  # at the peak (profiler only): weights, gradients, ...
+
+    @property
+    def transient_bytes(self) -> int:
+        """Peak minus persistent: activations and temporaries, the part batch size and AMP change."""
+        return max(self.peak_bytes - self.persistent_bytes, 0)
+
+    def mib(self, name: str) -> float:
+        return getattr(self, name if name.endswith("bytes") else f"{name}_bytes") / MiB
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "transient_bytes": self.transient_bytes}
+
+    def line(self) -> str:
+        cats = ", ".join(f"{k} {v / MiB:.1f}" for k, v in self.by_category.items() if v)
+        return (f"{self.device} ({self.method}): peak {self.mib('peak'):.1f} MiB = persistent "
+                f"{self.mib('persistent'):.1f} + transient {self.mib('transient'):.1f}" + (f" | at peak: {cats}" if cats else ""))
+
+
+def _as_device(device) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return device if isinstance(device, torch.device) else torch.device(device)
+
+
+def peak_memory(fn: Callable[[], object], device=None, method: str = "auto") -> MemoryReport:
+    """Run ``fn()`` once and measure the peak tensor memory it caused on ``device``.
+
+    ``method``: ``auto`` (cuda counters on a GPU, the profiler on CPU), ``cuda`` or ``profiler``
+    (works on both; slower). Run one warm-up call first if ``fn`` creates state on its first call
+    (Adam's moments appear on the first ``step()``), unless that is what you want to see.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be a callable taking no arguments (e.g. lambda: step()), got {type(fn).__name__}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    device = _as_device(device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} was asked for but CUDA is not available here; use device='cpu'")
+    if method == "auto":
+        method = "cuda" if device.type == "cuda" else "profiler"
+    if method == "cuda":
+        if device.type != "cuda":
+            raise ValueError("method='cuda' reads the CUDA caching allocator and needs a CUDA device; "
+                             "on CPU use method='profiler' (or 'auto')")
+        return _cuda_peak(fn, device)
+    return _profiler_peak(fn, device)
+
+
+def _cuda_peak(fn, device) -> MemoryReport:
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - t0
+    return MemoryReport(str(device), "cuda", torch.cuda.max_memory_allocated(device), before,
+                        torch.cuda.memory_allocated(device), seconds)
+
+
+def _profiler_peak(fn, device) -> MemoryReport:
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    t0 = time.perf_counter()
+    with warnings.catch_warnings(), _quiet_stderr():
+        warnings.simplefilter("ignore")  # "memory block of unknown size ...": blocks from before profiling
+        with profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True) as prof:
+            fn()
+    seconds = time.perf_counter() - t0
+    names, times, sizes = _timeline(prof, device)
+    if not sizes:
+        return MemoryReport(str(device), "profiler", 0, 0, 0, seconds)
+    totals = [sum(row) for row in sizes]
+    i = max(range(len(totals)), key=totals.__getitem__)
+    cats = dict.fromkeys(CATEGORIES, 0)
+    for name, value in zip(names, sizes[i]):
+        cats[_GROUPS.get(name, "activations")] += value
+    return MemoryReport(str(device), "profiler", totals[i], totals[0], totals[-1], seconds, cats)
+
+
+def _timeline(prof, device):
+    """(category names, times, sizes per category) of one device, from the profiler's memory timeline.
+
+    ``MemoryProfileTimeline`` is what ``prof.export_memory_timeline`` uses; it is a private API, so
+    this is the one place that touches it.
+    """
+    from torch.profiler import _memory_profiler as mp
+
+    timeline = mp.MemoryProfileTimeline(prof._memory_profile())
+    times, sizes = timeline._coalesce_timeline(str(device))
+    order = sorted(mp._CATEGORY_TO_INDEX.items(), key=lambda kv: kv[1])
+    names = ["unused"] + [c.name if c is not None else None for c, _ in order]
+    return names, times, sizes
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's C++ side prints start/stop lines to fd 2; hide them (Python errors still raise)."""
+    try:
+        fd = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # a notebook's stderr may have no file descriptor
+        yield
+        return
+    saved = os.dup(fd)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), fd)
+        try:
+            yield
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> dict:
+    """Bytes held by the weights, their gradients and the optimizer state (Adam: two moments per weight)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters() if p.grad is not None)
+    opt = 0
+    if optimizer is not None:
+        for st in optimizer.state.values():
+            opt += sum(v.numel() * v.element_size() for v in st.values() if torch.is_tensor(v))
+    return {"weights": weights, "gradients": grads, "optimizer_state": opt}
+
+
+def current_bytes(device=None) -> int:
+    """Memory in use now: tensors on a CUDA device (``memory_allocated``), the process RSS on CPU."""
+    device = _as_device(device)
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device)
+    import psutil
+
+    return psutil.Process().memory_info().rss
+
+
+def memory_summary(device=None) -> str:
+    """The CUDA caching allocator's table (``torch.cuda.memory_summary``); on CPU the RSS numbers."""
+    device = _as_device(device)
+    if device.type == "cuda":
+        return torch.cuda.memory_summary(device, abbreviated=True)
+    return (f"CPU: no caching-allocator counters; RSS now {current_bytes(device) / MiB:,.1f} MiB, "
+            f"this process's RSS peak {rss_peak_bytes() / MiB:,.1f} MiB (use peak_memory() for tensors)")
+
+
+def rss_peak_bytes() -> int:
+    """This process's RSS high-water mark (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+# --------------------------------------------------------------------------- a fresh process
+
+def run_isolated(target: str, env: dict | None = None, timeout: float = 300, **kwargs) -> dict:
+    """Run the package function ``target`` ("module:function") in a fresh Python process.
+
+    Returns its JSON result under ``"result"`` plus ``rss_start_bytes`` (after importing torch and
+    the target's module) and ``rss_peak_bytes`` (the process's high-water mark), so
+    ``rss_peak_bytes - rss_start_bytes`` is what the call added at its worst moment. ``env``
+    adds environment variables, read before anything initialises CUDA (PYTORCH_CUDA_ALLOC_CONF).
+    """
+    if target.count(":") != 1:
+        raise ValueError(f"target must be 'package.module:function', got {target!r}")
+    cmd = [sys.executable, "-m", "mnist_helpers.memory", target, json.dumps(kwargs)]
+    proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{target} failed in its subprocess (exit code {proc.returncode}):\n"
+                           f"{proc.stderr[-2000:] or proc.stdout[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def _child_main(target: str, kwargs_json: str) -> None:
+    module, name = target.split(":")
+    fn = getattr(importlib.import_module(module), name)
+    import psutil
+
+    start = psutil.Process().memory_info().rss
+    result = fn(**json.loads(kwargs_json))
+    print(json.dumps({"result": result, "rss_start_bytes": start, "rss_peak_bytes": rss_peak_bytes(),
+                      "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}))
+
+
+# --------------------------------------------------------------------------- the notebook's experiments
+
+def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = True, batch_size: int = 64,
+              device: str = "cpu", model: str = "net", seed: int = 0) -> dict:
+    """Run ``num_steps`` batches summing the loss for logging; record memory in use after each batch.
+
+    ``accumulate="tensor"`` sums the loss *tensor* (``total += loss``): every batch's graph stays
+    reachable from ``total``. ``"item"`` sums ``loss.item()`` (a Python float): nothing is kept.
+    ``backward=True`` is a training loop: ``backward()`` frees the activations each graph saved, so
+    only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
+    ``torch.no_grad()``: then each kept graph still holds its saved activations.
+    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there.
+    """
+    import torch.nn.functional as F
+
+    from .models import build_model
+
+    if accumulate not in ("tensor", "item"):
+        raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    X = torch.randn(batch_size, 1, 28, 28, device=dev)
+    y = torch.randint(0, 10, (batch_size,), device=dev)
+    total = 0.0
+    used = []
+    for _ in range(num_steps):
+        loss = F.nll_loss(net(X), y)
+        if backward:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        total = total + (loss.item() if accumulate == "item" else loss)
+        del loss
+        used.append(current_bytes(dev))
+    return {"accumulate": accumulate, "backward": backward, "bytes_after_step": used,
+            "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1),
+            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(total) / num_steps}
+
+
+def graph_nodes(t) -> int:
+    """How many autograd nodes are reachable from ``t`` (0 for a float or a tensor without history)."""
+    root = getattr(t, "grad_fn", None)
+    seen, stack = set(), [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(n for n, _ in node.next_functions)
+    return len(seen)
+
+
+def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
+    """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
+    while small tensors that outlive the step pin the segments; report the caching allocator's
+    reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
+    ``run_isolated`` (the setting is read once, when CUDA initialises)."""
+    if not torch.cuda.is_available():
+        raise ValueError("allocator_fragmentation needs a CUDA device; on CPU read the reference results")
+    dev = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats(dev)
+    kept = []
+    for i in range(num_steps):
+        size = (base_mib + 9 * (i % 7) + i) * MiB  # irregular sizes, slowly growing
+        batch = torch.empty(size, dtype=torch.uint8, device=dev)
+        kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device=dev))  # outlives the step
+        batch.fill_(1)
+        del batch
+    torch.cuda.synchronize(dev)
+    stats = torch.cuda.memory_stats(dev)
+    return {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "peak_allocated_mib": stats["allocated_bytes.all.peak"] / MiB,
+            "peak_reserved_mib": stats["reserved_bytes.all.peak"] / MiB,
+            "reserved_now_mib": torch.cuda.memory_reserved(dev) / MiB,
+            "allocated_now_mib": torch.cuda.memory_allocated(dev) / MiB,
+            "segments": stats.get("segment.all.current"), "gpu": torch.cuda.get_device_name(dev)}
+
+
+def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "net") -> dict:
+    """CUDA only: time training steps with and without ``torch.cuda.empty_cache()`` after each one
+    (median ms per step, interleaved blocks so both see the same machine state)."""
+    if not torch.cuda.is_available():
+        raise ValueError("empty_cache_cost needs a CUDA device; on CPU read the reference results")
+    import statistics
+
+    import torch.nn.functional as F
+
+    from .models import build_model
+
+    dev = torch.device("cuda")
+    net = build_model(model).to(dev)
+    opt = torch.optim.Adam(net.parameters())
+    X = torch.randn(batch_size, 1, 28, 28, device=dev)
+    y = torch.randint(0, 10, (batch_size,), device=dev)
+
+    def block(empty: bool, n: int) -> float:
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            F.nll_loss(net(X), y).backward()
+            opt.step()
+            if empty:
+                torch.cuda.empty_cache()
+        torch.cuda.synchronize(dev)
+        return (time.perf_counter() - t0) / n * 1e3
+
+    block(False, 10)  # warm-up: cuDNN autotuning, allocator pool
+    times = {False: [], True: []}
+    for _ in range(5):
+        for empty in (False, True):
+            times[empty].append(block(empty, num_steps))
+    plain, emptied = statistics.median(times[False]), statistics.median(times[True])
+    return {"ms_per_step": plain, "ms_per_step_empty_cache": emptied, "slowdown": emptied / plain,
+            "gpu": torch.cuda.get_device_name(dev)}
+
+
+if __name__ == "__main__":  # python -m mnist_helpers.memory module:function '{"kwarg": 1}'
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m mnist_helpers.memory package.module:function '{json kwargs}'")
+    _child_main(sys.argv[1], sys.argv[2])
