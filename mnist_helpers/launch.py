@@ -1,0 +1,349 @@
+"""Launch torchrun from a notebook cell (introduced in 00_setup_and_data).
+
+Why not the obvious ways?
+
+- ``!torchrun ...`` in a cell never fails the cell: a crashed worker leaves a wall of text and the
+  next cell runs on anyway.
+- ``torch.multiprocessing.spawn`` pickles the function to run; a function defined in a notebook
+  lives in ``__main__`` of the kernel, which the spawned processes cannot import.
+
+So workers are scripts (``mnist_helpers/workers/``) and :func:`torchrun` runs
+``python -m torch.distributed.run`` as a subprocess. It prints the exact command (paste it into a
+terminal to get the same run), streams every line live with its rank in front (``[rank 1] ...``),
+raises :class:`LaunchError` with the failing rank and its exception, stops every process on timeout
+or interrupt, and returns the JSON that rank 0 wrote to ``--out``::
+
+    from mnist_helpers.launch import torchrun
+    result = torchrun("mnist_helpers.workers.ddp_train", ["--num_epochs", "1"], nproc=2)
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import psutil
+
+__all__ = ["LaunchError", "build_command", "torchrun", "free_port"]
+
+# torchrun tees each worker's stdout/stderr to the console behind this prefix; ${rank} is global.
+RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
+_DOUBLE_PREFIX = re.compile(r"^(\[rank \d+\] )\1")  # workers print "[rank N]" themselves too
+_ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)={20,}", re.S)
+_TRACEBACK_START = "Traceback (most recent call last):"
+
+
+class LaunchError(RuntimeError):
+    """torchrun failed or timed out; ``str(err)`` names the failing rank and its exception.
+
+    Attributes: ``command`` (list[str]), ``returncode`` (torchrun's exit code, None if unknown),
+    ``rank`` (global rank of the first failing worker, None if unknown), ``root_cause`` (that
+    worker's exception and the last lines of its traceback), ``output`` (everything printed).
+    """
+
+    def __init__(self, message, *, command, returncode=None, rank=None, root_cause="", output=""):
+        super().__init__(message)
+        self.command, self.returncode, self.rank = command, returncode, rank
+        self.root_cause, self.output = root_cause, output
+
+
+def free_port() -> int:
+    """A TCP port that is free right now (the OS picks it), e.g. for a multi-node ``rdzv_endpoint``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def build_command(module: str, args=(), nproc: int = 1, nnodes: int = 1, *, node_rank=None,
+                  rdzv_endpoint=None, rdzv_id=None, max_restarts: int = 0, local_addr=None,
+                  extra_torchrun_args=()) -> list[str]:
+    """The ``python -m torch.distributed.run ...`` command line (a list) for a worker.
+
+    ``module`` is a module name (``mnist_helpers.workers.ddp_train``, run with ``-m``) or a path
+    to a ``.py`` script. One node without an endpoint uses ``--standalone``: torchrun hosts the
+    rendezvous on a port the OS picks, so a busy port 29500 never breaks a run. Several nodes
+    meet at ``rdzv_endpoint`` (``HOST:PORT`` on node 0, same ``rdzv_id`` on every node).
+    """
+    if nproc < 1 or nnodes < 1:
+        raise ValueError(f"nproc and nnodes must be positive integers, got {nproc} and {nnodes}")
+    cmd = [sys.executable, "-m", "torch.distributed.run"]
+    if nnodes == 1 and rdzv_endpoint is None:
+        cmd.append("--standalone")
+    else:
+        if rdzv_endpoint is None:
+            raise ValueError(f"nnodes={nnodes} needs rdzv_endpoint='HOST:PORT' of node 0, "
+                             "the same on every node")
+        cmd += ["--nnodes", str(nnodes)]
+        if node_rank is not None:  # torchrun only uses it with the static backend; a label here
+            cmd += ["--node-rank", str(node_rank)]
+        cmd += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}",
+                f"--rdzv-id={rdzv_id or 'mnist-scale-lab'}"]
+        if local_addr is not None:
+            cmd += ["--local-addr", str(local_addr)]
+    cmd += ["--nproc-per-node", str(nproc)]
+    if max_restarts:
+        cmd += ["--max-restarts", str(max_restarts)]
+    # --tee 3 echoes both streams of every worker behind a rank prefix (see RANK_PREFIX_TEMPLATE).
+    cmd += ["--tee", "3", "--log-line-prefix-template", RANK_PREFIX_TEMPLATE, *extra_torchrun_args]
+    is_script = module.endswith(".py") or os.sep in module
+    cmd += [str(Path(module).resolve())] if is_script else ["-m", module]
+    return cmd + [str(a) for a in args]
+
+
+def _check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
+    """Resolve ``device`` and refuse (cuda) or warn (cpu) before launching more processes than fit."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
+    if device == "auto":
+        device = "cuda" if gpus else "cpu"
+    cpu = f"  {suggest(nproc, 'cpu')}\n(on CPU the workers use gloo; device='cpu' in a notebook)"
+    if device == "cuda" and gpus == 0:
+        raise ValueError(f"asked for {nproc} processes on cuda, but this machine has no usable "
+                         f"CUDA device. Run on CPU instead:\n{cpu}")
+    if device == "cuda" and nproc > gpus:
+        raise ValueError(f"asked for {nproc} processes on cuda, but this machine has {gpus} CUDA "
+                         f"device(s). Use one process per GPU (nproc={gpus}):\n"
+                         f"  {suggest(gpus, 'cuda')}\nor run all {nproc} on CPU:\n{cpu}")
+    if device == "cpu" and nproc > (os.cpu_count() or 1):
+        warnings.warn(f"{nproc} processes on {os.cpu_count()} CPU cores: they will compete for "
+                      "cores, so timings will not reflect a real cluster", stacklevel=3)
+    return device
+
+
+def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, str]:
+    """(global rank, exit code, exception + last traceback lines) of the first failing worker.
+
+    torchrun copies the failing worker's ``@record`` error file to its own
+    ``TORCHELASTIC_ERROR_FILE``; its "Root Cause" section gives rank and exit code. Without
+    those (no ``@record``, killed by a signal, torchrun itself failed) we read the output.
+    """
+    section = (_ROOT_CAUSE.findall(output) or [""])[-1]
+    fields = [re.search(p, section) for p in (r"rank\s*:\s*(\d+)", r"exitcode\s*:\s*(-?\d+)",
+                                              r"traceback\s*:\s*(Signal .*)")]
+    rank, exitcode, killed_by = (m.group(1).strip() if m else None for m in fields)
+    rank, exitcode = (int(v) if v is not None else None for v in (rank, exitcode))
+    try:
+        msg = json.loads(error_file.read_text())["message"]
+        stack = msg["extraInfo"]["py_callstack"].rstrip().splitlines()
+        return rank, exitcode, _headline(msg["message"], stack[:-1])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    # The last traceback the failing worker printed (lines behind its prefix).
+    prefix = f"[rank {rank}] "
+    lines = [ln[len(prefix):] for ln in output.splitlines() if ln.startswith(prefix)]
+    starts = [i for i, ln in enumerate(lines) if ln.startswith(_TRACEBACK_START)]
+    if rank is not None and starts:
+        block = lines[starts[-1]:]
+        end = next((i for i, ln in enumerate(block) if i and not ln.startswith(" ")), len(block) - 1)
+        return rank, exitcode, _headline(block[end], block[1:end])
+    if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
+        return rank, exitcode, killed_by + (" (often the out-of-memory killer)"
+                                            if "SIGKILL" in killed_by else "")
+    return rank, exitcode, "\n".join(output.splitlines()[-15:])
+
+
+def _headline(message: str, frames: list[str]) -> str:
+    """The exception line, then the last two frames of its traceback (without ``^^^`` markers)."""
+    kept, skip = [], False
+    for line in frames:
+        if line.lstrip().startswith("File "):
+            skip = "elastic/multiprocessing/errors" in line  # @record's wrapper: in every traceback
+        if not skip and line.strip().strip("^~") and not line.startswith(_TRACEBACK_START):
+            kept.append(line)
+    return "\n".join([message, *kept[-4:]])
+
+
+def _stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
+    """Stop torchrun and every process below it, politely first, then for certain.
+
+    After Ctrl-C in a terminal or Jupyter's interrupt, torchrun got the same SIGINT (same process
+    group) and is already stopping its workers, so it gets a moment to finish. Then SIGINT
+    (torchrun forwards it to the workers), SIGTERM, SIGKILL. Workers run in sessions of their
+    own, so killing torchrun would orphan them: the tree is collected before any signal.
+    """
+    try:  # a second interrupt must not cut the clean-up short (only possible in the main thread)
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:
+        previous = None
+    try:
+        try:
+            root = psutil.Process(proc.pid)
+            tree = root.children(recursive=True)
+        except psutil.NoSuchProcess:
+            root, tree = None, []
+        # (None, 2 s): after an interrupt torchrun may already be stopping; give it time first.
+        for sig, wait in ((None, 2.0 if interrupted else 0), (signal.SIGINT, grace),
+                          (signal.SIGTERM, 3.0)):
+            if proc.poll() is None:
+                if sig is not None:
+                    proc.send_signal(sig)
+                try:
+                    proc.wait(wait)
+                except subprocess.TimeoutExpired:
+                    pass  # escalate
+        # Processes started since the snapshot: DataLoader workers, workers of a restart, ...
+        for p in [root, *tree] if root is not None else list(tree):
+            try:
+                tree += p.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        for p in tree:
+            try:
+                p.kill()  # psutil refuses if the pid now belongs to an unrelated process
+            except psutil.NoSuchProcess:
+                pass
+        proc.kill()
+        proc.wait()
+        psutil.wait_procs(tree, timeout=2)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: float | None = None,
+             env: dict | None = None, *, node_rank=None, rdzv_endpoint=None, rdzv_id=None,
+             max_restarts: int = 0, local_addr=None, threads_per_proc: int | None = None,
+             out: str | Path | None = None, provision: bool = True, device: str = "auto",
+             echo: bool = True, extra_torchrun_args=()) -> dict | None:
+    """Run ``module`` under torchrun, stream its output, return the JSON rank 0 wrote to ``--out``.
+
+    Raises LaunchError when a worker fails (naming its rank and exception) or after ``timeout``
+    seconds; on KeyboardInterrupt every process is stopped and the interrupt re-raised.
+    ``env`` adds environment variables; ``threads_per_proc`` sets OMP_NUM_THREADS (default: the
+    cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
+    """
+    import torch  # imported here so that importing this module stays quick
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    args = [str(a) for a in args]
+    given = {**os.environ, **(env or {})}.get("OMP_NUM_THREADS")
+    # Launcher plumbing lives in a temporary folder, passed by environment so that the printed
+    # command stays pasteable: torchrun's log files (PET_LOG_DIR is --log-dir; without it torchrun
+    # leaves a /tmp/torchelastic_* folder behind per run) and torchrun's own error file.
+    results, args, auto = _results_path(args, out)
+    tmp = tempfile.TemporaryDirectory(prefix="mnist_launch_")
+    try:
+        opts = dict(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                    rdzv_id=rdzv_id, max_restarts=max_restarts, local_addr=local_addr,
+                    extra_torchrun_args=extra_torchrun_args)
+
+        def shown_env(n: int, dev: str) -> dict:
+            """The variables that change the run, so they belong in the printed command."""
+            threads = threads_per_proc or given or max(1, (os.cpu_count() or 1) // n)
+            shown = {**(env or {}), "OMP_NUM_THREADS": str(threads)}
+            if dev == "cpu" and gpus:
+                shown["CUDA_VISIBLE_DEVICES"] = ""  # device="cpu" means the workers see no GPU
+            return shown
+
+        def as_shell(n: int, dev: str) -> str:
+            envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown_env(n, dev).items())
+            return f"{envs} {shlex.join(build_command(module, args, n, **opts))}"
+
+        device = _check_devices(device, nproc, gpus, as_shell)
+        if provision:  # workers never download: fetch and verify MNIST once, here
+            from mnist_helpers.data import ensure_mnist
+            from mnist_helpers.paths import data_root
+
+            ensure_mnist(data_root())
+        command = build_command(module, args, nproc, **opts)
+        error_file = Path(tmp.name) / "error.json"  # torchrun's @record copies the root cause here
+        child_env = {**os.environ, **shown_env(nproc, device), "PET_LOG_DIR": tmp.name,
+                     "TORCHELASTIC_ERROR_FILE": str(error_file),
+                     "PYTHONUNBUFFERED": "1"}  # torchrun echoes worker lines without flushing
+        if echo:
+            print("$", as_shell(nproc, device), flush=True)
+        results.unlink(missing_ok=True)  # a file left by an earlier run must not pass as this one's
+        lines, status = _run(command, child_env, timeout, echo)
+        _raise_on_failure(status, command, "".join(lines), error_file, timeout)
+        return json.loads(results.read_text()) if results.is_file() else None
+    finally:
+        tmp.cleanup()
+        if auto:
+            results.unlink(missing_ok=True)
+
+
+def _raise_on_failure(status, command, output: str, error_file: Path, timeout) -> None:
+    """Raise LaunchError after a timeout or a non-zero exit, naming the rank that failed first."""
+    if status == "timeout":
+        raise LaunchError(f"torchrun timed out after {timeout:g} s; all its processes were stopped."
+                          f"\nCommand: {shlex.join(command)}", command=command, output=output,
+                          root_cause=f"timed out after {timeout:g} s")
+    if status != 0:
+        rank, code, cause = _root_cause(output, error_file)
+        who = f"rank {rank}" if rank is not None else "torchrun"
+        raise LaunchError(f"{who} failed (exit code {code if code is not None else status}):\n"
+                          f"{cause}\nCommand: {shlex.join(command)}", command=command,
+                          returncode=status, rank=rank, root_cause=cause, output=output)
+
+
+def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
+    """Where rank 0 writes its results JSON, the worker args that say so, and whether we chose it.
+
+    Our own choice is a file in the system's temp folder (not in a folder we delete), so that
+    the printed command still works when pasted into a terminal.
+    """
+    for i, a in enumerate(args):
+        if a == "--out" or a.startswith("--out="):
+            if out is not None:
+                raise ValueError("give the results path as out= or as --out in args, not both")
+            return Path(a.split("=", 1)[1] if "=" in a else args[i + 1]), args, False
+    auto = out is None
+    if auto:
+        fd, out = tempfile.mkstemp(prefix="mnist_results_", suffix=".json")
+        os.close(fd)
+    return Path(out), [*args, "--out", str(out)], auto
+
+
+def _run(command, env, timeout, echo):
+    """Run torchrun, echo its lines live; return (lines, exit code or "timeout")."""
+    # Same process group as the caller (no start_new_session): Jupyter's interrupt reaches
+    # torchrun directly, and torchrun passes it on to its workers.
+    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    lines_q: queue.Queue = queue.Queue()
+
+    def pump():  # a thread, so the main thread can watch the clock and receive Ctrl-C
+        for line in proc.stdout:
+            lines_q.put(line)
+        lines_q.put(None)
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    lines, status = [], None
+    try:
+        while True:
+            if deadline is not None and time.monotonic() > deadline:
+                _stop_tree(proc)
+                status = "timeout"
+                deadline = None  # keep draining the last lines until the pipe closes
+            try:
+                line = lines_q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            line = _DOUBLE_PREFIX.sub(r"\1", line)
+            if not line.startswith("[rank "):  # torchrun's own messages
+                line = "[torchrun] " + line
+            lines.append(line)
+            if echo:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+    except BaseException as exc:  # KeyboardInterrupt above all: no worker may outlive the cell
+        _stop_tree(proc, interrupted=isinstance(exc, KeyboardInterrupt))
+        raise
+    proc.wait()
+    reader.join(timeout=5)
+    return lines, status if status == "timeout" else proc.returncode
