@@ -150,6 +150,9 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
     if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
         return rank, exitcode, killed_by + (" (often the out-of-memory killer)"
                                             if "SIGKILL" in killed_by else "")
+    if rank is not None and lines:  # exited without a traceback (argparse error, sys.exit): its last words
+        errors = [ln for ln in lines if ": error:" in ln or ln.startswith("error:")]
+        return rank, exitcode, "\n".join(errors[-1:] or lines[-5:])
     return rank, exitcode, "\n".join(output.splitlines()[-15:])
 
 
