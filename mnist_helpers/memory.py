@@ -86,6 +86,8 @@ def peak_memory(fn: Callable[[], object], device=None, method: str = "auto") -> 
     ``method``: ``auto`` (cuda counters on a GPU, the profiler on CPU), ``cuda`` or ``profiler``
     (works on both; slower). Run one warm-up call first if ``fn`` creates state on its first call
     (Adam's moments appear on the first ``step()``), unless that is what you want to see.
+    The profiler sees the tensors ``fn`` creates or uses; tensors it never touches are not counted
+    (they do not change the peak ``fn`` causes, only the process total).
     """
     if not callable(fn):
         raise ValueError(f"fn must be a callable taking no arguments (e.g. lambda: step()), got {type(fn).__name__}")
@@ -125,8 +127,8 @@ def _profiler_peak(fn, device) -> MemoryReport:
         warnings.simplefilter("ignore")  # "memory block of unknown size ...": blocks from before profiling
         with profile(activities=activities, profile_memory=True, record_shapes=True, with_stack=True) as prof:
             fn()
-    seconds = time.perf_counter() - t0
-    names, times, sizes = _timeline(prof, device)
+        seconds = time.perf_counter() - t0
+        names, before, sizes = _timeline(prof, device)
     if not sizes:
         return MemoryReport(str(device), "profiler", 0, 0, 0, seconds)
     totals = [sum(row) for row in sizes]
@@ -134,11 +136,12 @@ def _profiler_peak(fn, device) -> MemoryReport:
     cats = dict.fromkeys(CATEGORIES, 0)
     for name, value in zip(names, sizes[i]):
         cats[_GROUPS.get(name, "activations")] += value
-    return MemoryReport(str(device), "profiler", totals[i], totals[0], totals[-1], seconds, cats)
+    return MemoryReport(str(device), "profiler", totals[i], before, totals[-1], seconds, cats)
 
 
 def _timeline(prof, device):
-    """(category names, times, sizes per category) of one device, from the profiler's memory timeline.
+    """(category names, bytes held before profiling, sizes per category at each time) of one device,
+    from the profiler's memory timeline.
 
     ``MemoryProfileTimeline`` is what ``prof.export_memory_timeline`` uses; it is a private API, so
     this is the one place that touches it.
@@ -149,7 +152,9 @@ def _timeline(prof, device):
     times, sizes = timeline._coalesce_timeline(str(device))
     order = sorted(mp._CATEGORY_TO_INDEX.items(), key=lambda kv: kv[1])
     names = ["unused"] + [c.name if c is not None else None for c, _ in order]
-    return names, times, sizes
+    before = sum(nbytes for _, action, (key, _), nbytes in timeline.timeline
+                 if action == mp.Action.PREEXISTING and key.device == device)
+    return names, before, sizes
 
 
 @contextlib.contextmanager
@@ -276,7 +281,7 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
         used.append(current_bytes(dev))
     return {"accumulate": accumulate, "backward": backward, "bytes_after_step": used,
             "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1),
-            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(total) / num_steps}
+            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(getattr(total, "detach", lambda: total)()) / num_steps}
 
 
 def graph_nodes(t) -> int:

@@ -1,0 +1,111 @@
+"""Mixed precision and gradient accumulation (notebook 05): options, equivalence, memory, GradScaler, no_sync."""
+import contextlib
+import warnings
+
+import pytest
+import torch
+
+from mnist_helpers import amp_bench
+from mnist_helpers.amp_bench import (accumulated_gradients, accumulation_memory, check_amp_strict, compare_precisions,
+                                     deprecated_amp_warnings, gradient_underflow, scaler_skip_demo)
+from mnist_helpers.models import Net
+from mnist_helpers.train import TrainConfig, check_amp
+
+
+def test_amp_options_of_trainconfig():
+    with pytest.raises(ValueError, match="amp must be one of none, bf16, fp16; got 'fp8'"):
+        TrainConfig(amp="fp8")
+    with pytest.raises(ValueError, match="amp must be one of none, bf16, fp16; got 'float16'"):
+        check_amp_strict("float16", "cpu")
+    for amp in ("none", "bf16"):
+        check_amp_strict(amp, "cpu")  # supported here: no error
+
+
+def test_fp16_on_a_cpu_that_raises(monkeypatch):
+    def broken_autocast(device_type, dtype=None, enabled=True):
+        raise RuntimeError("Currently, AutocastCPU only support Bfloat16 as the autocast_cpu_dtype")
+    monkeypatch.setattr(torch, "autocast", broken_autocast)
+    with pytest.raises(ValueError, match=r"amp='fp16' is not supported on cpu .*use amp='bf16' or amp='none'"):
+        check_amp("fp16", torch.device("cpu"))
+
+
+def test_fp16_on_a_cpu_that_silently_disables_autocast(monkeypatch):
+    """Older CPUs/torch warn 'Disabling autocast' and run fp32: train.check_amp misses it, ours does not."""
+    @contextlib.contextmanager
+    def disabling_autocast(device_type, dtype=None, enabled=True):
+        warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.")
+        yield
+    monkeypatch.setattr(torch, "autocast", disabling_autocast)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check_amp("fp16", torch.device("cpu"))  # passes: the gap this module closes
+    with pytest.raises(ValueError, match="amp='fp16' does not run on cpu.*Disabling autocast.*use amp='bf16'"):
+        check_amp_strict("fp16", "cpu")
+
+
+def test_article_spelling_is_deprecated():
+    rows = deprecated_amp_warnings()
+    assert {r["call"] for r in rows} == {"torch.cuda.amp.autocast()", "torch.cuda.amp.GradScaler()"}
+    assert all(r["category"] == "FutureWarning" and "torch.amp." in r["message"] for r in rows)
+
+
+def test_accumulated_gradient_equals_big_batch_gradient(small_mnist):
+    X, y, _, _ = small_mnist
+    X, y = X[:64], y[:64]
+    g1 = accumulated_gradients("net", X, y, 1)
+    for k in (4, 8):
+        gk = accumulated_gradients("net", X, y, k)
+        assert torch.allclose(gk, g1, rtol=1e-4, atol=1e-6), f"k={k}: {float((gk - g1).abs().max())}"
+    assert g1.abs().sum() > 0
+
+
+def test_peak_memory_falls_with_k(small_mnist):
+    X, y, _, _ = small_mnist
+    rows = accumulation_memory((1, 2, 4), X=X[:128], y=y[:128])
+    peaks = [r["peak_mib"] for r in rows]
+    assert peaks[0] > peaks[1] > peaks[2], peaks
+    assert rows[2]["transient_ratio"] < 0.4  # activations scale with the micro-batch
+    assert len({round(r["persistent_mib"], 3) for r in rows}) == 1  # weights + optimizer state do not change
+    assert all(r["max_grad_diff"] < 1e-5 for r in rows)
+    with pytest.raises(ValueError, match="dividing the batch"):
+        accumulation_memory((3,), X=X[:128], y=y[:128])
+
+
+def test_bf16_halves_activations_not_weights(small_mnist):
+    X, y, Xt, yt = small_mnist
+    rows = compare_precisions(("fp32", "bf16"), X=X, y=y, X_test=Xt[:200], y_test=yt[:200], batch_size=128,
+                              warmup=0, repeats=1, chunk=1)
+    fp32, bf16 = rows
+    assert bf16["persistent_mib"] == pytest.approx(fp32["persistent_mib"])
+    assert bf16["weights_mib"] == fp32["weights_mib"] and bf16["optimizer_state_mib"] == fp32["optimizer_state_mib"]
+    assert 0.4 < bf16["transient_ratio"] < 0.7
+    assert 0 <= bf16["test_acc"] <= 1 and fp32["speedup"] == 1.0
+    with pytest.raises(ValueError, match="mode must be one of"):
+        compare_precisions(("fp8",), X=X, y=y)
+    with pytest.raises(ValueError, match="larger than the training set"):
+        compare_precisions(("fp32",), X=X[:10], y=y[:10], batch_size=64)
+
+
+def test_gradscaler_skips_overflowing_steps_and_recovers_underflow(small_mnist):
+    X, y, _, _ = small_mnist
+    torch.manual_seed(0)
+    model = Net()
+    rows = gradient_underflow(model, X[:4], y[:4], scales=(2.0**-12, 2.0**12))
+    tiny, scaled = rows
+    assert tiny["underflow_frac"] > 10 * scaled["underflow_frac"]  # a small scale flushes gradients to zero
+    assert scaled["rel_error"] < 0.05 and scaled["nonfinite"] == 0
+    (first,) = scaler_skip_demo(model, X[:2], y[:2], init_scale=2.0**40, num_steps=1)
+    assert first["found_inf"] and first["skipped"]  # inf gradients: the weights were left alone
+
+
+def test_no_sync_all_reduces_once_per_step():
+    from mnist_helpers.launch import torchrun
+
+    r = torchrun("mnist_helpers.workers.accum_nosync",
+                 ["--grad-accum", "4", "--batch-size", "64", "--subset", "1024", "--steps", "1", "--repeats", "1"],
+                 nproc=2, device="cpu", timeout=180, echo=False)
+    sync, nosync = r["rows"]
+    assert r["world_size"] == 2 and r["backend"] == "gloo"
+    assert sync["allreduce_calls_per_step"] == 4 * nosync["allreduce_calls_per_step"]
+    assert sync["allreduce_mib_per_step"] == pytest.approx(4 * nosync["allreduce_mib_per_step"])
+    assert r["max_weight_diff_between_modes"] < 1e-4  # the same update either way
