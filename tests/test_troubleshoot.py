@@ -1,0 +1,107 @@
+"""Each reproduction of 08_troubleshooting raises its real error, and its fix passes.
+
+The reproductions launch torchrun or fresh interpreters (seconds each on a small CPU), so they run
+once, concurrently, in a module-scoped fixture; the tests then read the records. Worlds of one
+wherever the error needs no second rank.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from mnist_helpers import troubleshoot as ts
+from mnist_helpers.batch_finder import find_batch_size, find_batch_size_limited, is_oom
+from mnist_helpers.launch import free_port
+
+# name -> (call, a regex the error line must match)
+CASES = {
+    "port_in_use": (lambda: ts.port_in_use(nproc=1, timeout=120), r"EADDRINUSE|address already in use"),
+    "backend_interface": (lambda: ts.backend_interface(nproc=1, timeout=120), r"Unable to find address for: eth-typo9"),
+    "unused_parameters": (lambda: ts.unused_parameters(nproc=1, steps=2, warmup=1),
+                          r"Expected to have finished reduction"),
+    "collective_mismatch": (lambda: ts.collective_mismatch(nproc=2, timeout_s=3), r"Timed out waiting"),
+    "out_of_memory": (lambda: ts.out_of_memory(batch_size=512, budget_mib=150), r"can't allocate memory|out of memory"),
+    "spawn_main": (lambda: ts.spawn_main(nprocs=1), r"Can't get attribute 'train' on <module '__main__'"),
+    "local_rank_argparse": (lambda: ts.local_rank_argparse(), r"unrecognized arguments: --local-rank=0"),
+    "download_race": (lambda: ts.download_race(), r"partial or corrupt file [1-9]"),
+}
+
+
+@pytest.fixture(scope="module")
+def records(mnist_root):
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=4) as pool:  # mostly waiting on subprocesses: overlap them
+        futures = {name: pool.submit(call) for name, (call, _) in CASES.items()}
+        out = {name: f.result() for name, f in futures.items()}
+    print(f"reproductions took {time.perf_counter() - start:.0f} s")
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_reproduction_raises_its_error_and_the_fix_passes(records, name):
+    import re
+
+    rec = records[name]
+    assert re.search(CASES[name][1], rec.error), f"{name}: unexpected error line {rec.error!r}"
+    assert rec.fixed_ok is True, f"{name}: the fixed run did not pass: {rec.details}"
+    assert rec.diagnosis and rec.fix
+
+
+def test_records_carry_what_the_notebook_prints(records):
+    assert records["port_in_use"].details["holders"], "the port holder was found with psutil"
+    assert records["port_in_use"].details["port_free_after_stopping_holder"]
+    assert "aux" in records["unused_parameters"].diagnosis  # INFO debug names the unused parameters
+    assert "Detected mismatch" in records["collective_mismatch"].details["detail_line"]
+    oom = records["out_of_memory"].details
+    assert oom["micro_batch_size"] * oom["grad_accum"] >= 512 and not oom["tried"][0]["ok"]
+    assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
+    assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
+
+
+def test_cuda_fork_is_explained_without_a_gpu():
+    rec = ts.cuda_fork()
+    if not torch.cuda.is_available():
+        assert rec.fixed_ok is None and "no CUDA" in rec.error
+    else:
+        assert "re-initialize CUDA" in rec.error and rec.fixed_ok
+
+
+def test_find_batch_size_halves_until_it_fits():
+    def fits(bs):
+        if bs > 100:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")
+    res = find_batch_size(fits, 1000)
+    assert res["batch_size"] == 62 and [r["batch_size"] for r in res["tried"]] == [1000, 500, 250, 125, 62]
+    assert find_batch_size(lambda bs: (_ for _ in ()).throw(torch.OutOfMemoryError("CUDA out of memory")), 4,
+                           min_batch_size=2)["batch_size"] is None
+
+
+def test_find_batch_size_does_not_hide_bugs_and_checks_input():
+    with pytest.raises(ValueError, match="shape"):
+        find_batch_size(lambda bs: (_ for _ in ()).throw(ValueError("bad shape")), 8)
+    with pytest.raises(ValueError, match="start must be a positive integer"):
+        find_batch_size(lambda bs: None, 0)
+    assert is_oom(RuntimeError("CUDA out of memory. Tried to allocate")) and not is_oom(RuntimeError("shape"))
+
+
+def test_find_batch_size_limited_really_runs_out_of_memory():
+    res = find_batch_size_limited("net", start=1024, budget_mib=150)
+    assert res["limit"]["method"] in ("RLIMIT_AS", "set_per_process_memory_fraction")
+    assert res["tried"][0]["ok"] is False and res["batch_size"] and res["batch_size"] < 1024
+
+
+def test_port_holder_is_found_and_released():
+    with ts.hold_port() as (port, proc):
+        assert not ts.port_is_free(port)
+        assert [h["pid"] for h in ts.find_port_holders(port)] == [proc.pid]
+    assert ts.port_is_free(port)
+    assert ts.find_port_holders(free_port()) == []
+
+
+def test_telling_line_strips_prefixes():
+    text = "noise\n[rank 0] [rank0]: RuntimeError: Timed out waiting 3000ms\nmore"
+    assert ts.telling_line(text, "timed out") == "RuntimeError: Timed out waiting 3000ms"
+    assert ts.telling_line(text, "absent") == ""
