@@ -1,60 +1,27 @@
 """The worker progression single.py -> ddp_spawn.py -> ddp_train.py (06_ddp_fundamentals).
 
-Each step must keep the previous one's code lines, except lines it marks: every line a step adds or
-changes carries its marker (``# DDP:`` for ddp_spawn, ``# torchrun:`` for ddp_train), and a line may
-only disappear if the previous step had marked it. Indentation and blank lines do not count (a block
-moved under ``try:`` is the same code), nor do module docstrings (each file's manual). Then the three
-workers run for real: one process, two processes under mp.spawn (gloo), two under torchrun.
+Each step must keep the previous one's code lines, except lines it marks (the rule is spelled out in
+``mnist_helpers.workers.demo_progression``), so the progression cannot rot. Then the three workers
+run for real: one process, two processes under mp.spawn (gloo), two under torchrun.
 """
 from __future__ import annotations
 
 import ast
-import difflib
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from mnist_helpers.launch import torchrun
+from mnist_helpers.workers.demo_progression import (STEPS, WORKERS, code_lines, diff_counts, step_report,
+                                                    unmarked_changes)
 
-WORKERS = Path(__file__).resolve().parents[1] / "mnist_helpers" / "workers"
-STEPS = [("single.py", None), ("ddp_spawn.py", "# DDP:"), ("ddp_train.py", "# torchrun:")]
-MARKERS = [m for _, m in STEPS if m]
 RESULT_KEYS = {"world_size", "backend", "device", "config", "history", "final_test_acc", "param_digests",
                "wall_seconds", "machine"}
 ROW_KEYS = {"epoch", "seconds", "images", "steps", "images_per_s", "train_loss", "test_loss", "test_acc",
             "test_count"}
 ARGS = ["--model", "fastnet", "--subset", "512", "--epochs", "1", "--batch-size", "64", "--lr", "3e-3"]
-
-
-def code_lines(path: Path) -> list[str]:
-    """The file's non-blank lines after its module docstring, without indentation."""
-    src = path.read_text()
-    body = ast.parse(src).body
-    start = body[0].end_lineno if body and isinstance(body[0], ast.Expr) and isinstance(
-        getattr(body[0], "value", None), ast.Constant) else 0
-    return [ln.strip() for ln in src.splitlines()[start:] if ln.strip()]
-
-
-def unmarked_changes(prev: list[str], new: list[str], marker: str) -> list[str]:
-    """Lines that break the rule, as readable messages (empty when the step is clean)."""
-    problems = []
-    matcher = difflib.SequenceMatcher(a=prev, b=new, autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        problems += [f"added/changed without {marker!r}: {ln}" for ln in new[j1:j2] if marker not in ln]
-        if j1 == j2:  # lines dropped with nothing in their place: only marked ones may go
-            problems += [f"dropped an unmarked line: {ln}" for ln in prev[i1:i2]
-                         if not any(m in ln for m in MARKERS)]
-    return problems
-
-
-def changed_lines(prev: list[str], new: list[str]) -> int:
-    matcher = difflib.SequenceMatcher(a=prev, b=new, autojunk=False)
-    return sum(j2 - j1 for tag, _, _, j1, j2 in matcher.get_opcodes() if tag != "equal")
 
 
 @pytest.mark.parametrize("step", [1, 2], ids=["single->ddp_spawn", "ddp_spawn->ddp_train"])
@@ -64,7 +31,8 @@ def test_each_step_keeps_the_previous_lines_except_marked_ones(step):
     problems = unmarked_changes(prev, new, marker)
     assert not problems, f"{prev_name} -> {name}:\n" + "\n".join(problems)
     # a small diff: most of the file is the previous step, unchanged
-    assert changed_lines(prev, new) < 0.35 * len(new), f"{name} rewrites too much of {prev_name}"
+    assert diff_counts(prev, new)["added_or_changed"] < 0.35 * len(new), f"{name} rewrites too much of {prev_name}"
+    assert step_report()[step - 1]["violations"] == []
 
 
 def test_the_rule_catches_an_unmarked_change():

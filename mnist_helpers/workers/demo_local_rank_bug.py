@@ -32,7 +32,7 @@ def run(ctx, args) -> dict:
     from_article = article_local_rank(argv)
     from_env = int(os.environ["LOCAL_RANK"])
     return {"rank": ctx.rank, "pid": os.getpid(), "argv": argv,
-            "local_rank_in_argv": any("local_rank" in a or "local-rank" in a for a in argv),
+            "local_rank_in_argv": any(a.startswith(("--local_rank", "--local-rank")) for a in argv),
             "article_local_rank": from_article, "article_device": f"cuda:{from_article}",
             "env_local_rank": from_env, "correct_device": f"cuda:{from_env}",
             "env": {k: os.environ.get(k) for k in TORCHRUN_ENV}}
