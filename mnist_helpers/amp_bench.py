@@ -116,7 +116,8 @@ def _setup(mode: str, model: str, batch_size: int, lr: float, seed: int, device)
 
 def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None, model: str = "net",
                        batch_size: int = 512, warmup: int = 2, repeats: int = 3, chunk: int = 5,
-                       memory: bool = True, lr: float = 1e-3, seed: int = 0, device="cpu") -> list[dict]:
+                       memory: bool = True, lr: float = 1e-3, seed: int = 0, device="cpu",
+                       models: dict | None = None) -> list[dict]:
     """Train one model per mode side by side on the same batches and measure them.
 
     Each mode: ``warmup`` steps, then ``repeats`` timed blocks of ``chunk`` steps, interleaved across
@@ -125,7 +126,7 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     set is given) after the ``warmup + repeats * chunk`` steps every mode trained.
     Rows: mode, amp, scaler, channels_last, batch_size, steps, images_per_s, speedup (vs the first
     mode), peak/persistent/transient MiB and the transient ratio vs the first mode, skipped steps,
-    test_acc.
+    test_acc. Pass a dict as ``models`` to get the trained models back, by mode.
     """
     for name, v in (("warmup", warmup), ("chunk", chunk), ("repeats", repeats), ("batch_size", batch_size)):
         if not isinstance(v, int) or v < (0 if name == "warmup" else 1):
@@ -168,6 +169,8 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
             ev = evaluate(run["tr"].model, X_test.to(device), y_test.to(device), 1000, amp, channels_last)
             row["test_acc"] = ev["acc"]
         rows.append(row)
+        if models is not None:
+            models[mode] = run["tr"].model
     base = rows[0]
     for row in rows:
         row["speedup"] = row["images_per_s"] / base["images_per_s"]
