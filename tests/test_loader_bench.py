@@ -1,0 +1,123 @@
+"""DataLoader sweeps and alternatives (notebook 03) on tiny data: tables, memory readings, verdicts, widget."""
+import math
+
+import pytest
+import torch
+
+from mnist_helpers import loader_bench as lb
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tv(mnist_root):
+    return lb.make_dataset("torchvision", mnist_root, subset=512)
+
+
+def test_default_worker_counts_reach_twice_the_cores():
+    assert lb.default_worker_counts(2) == [0, 1, 2, 4]
+    assert lb.default_worker_counts(8) == [0, 1, 2, 4, 8, 16]
+    assert lb.default_worker_counts(3) == [0, 1, 2, 4, 6]
+
+
+def test_datasets_agree(mnist_root):
+    a, b, c = (lb.make_dataset(k, mnist_root, subset=64) for k in lb.DATASET_KINDS)
+    for ds in (b, c):
+        assert len(ds) == 64
+        assert torch.allclose(ds[5][0], a[5][0], atol=1e-5) and int(ds[5][1]) == a[5][1]
+    assert lb.dataset_nbytes(b) == 64 * 784 * 4 + 64 * 8
+    with pytest.raises(ValueError, match="kind must be one of"):
+        lb.make_dataset("parquet")
+
+
+def test_loader_sweep_collapses_worker_knobs_at_zero(tv):
+    rows = lb.loader_sweep(tv, num_workers=(0, 1), prefetch_factor=(2, 4), persistent_workers=(False, True),
+                           epochs=2, max_batches=2)
+    assert [r["num_workers"] for r in rows].count(0) == 1 and len(rows) == 1 + 4
+    zero = rows[0]
+    assert zero["prefetch_factor"] is None and zero["persistent_workers"] is False
+    assert all(r["images_per_s"] > 0 and r["first_batch_s"] >= 0 for r in rows)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"num_workers": ()}, "at least one value"),
+    ({"num_workers": (-1,)}, "integers >= 0"),
+    ({"batch_size": 0}, "batch_size must be a positive integer"),
+])
+def test_bad_sweep_arguments(tv, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        lb.loader_sweep(tv, **kwargs)
+
+
+def test_training_sweep_splits_wait_and_compute(tv):
+    rows = lb.training_sweep(tv, num_workers=(0, 1), batch_size=64, model="fastnet", steps=2, warmup_steps=1)
+    assert [r["loader"] for r in rows] == ["DataLoader, 0 workers", "DataLoader, 1 workers", "TensorBatches on cpu"]
+    for r in rows:
+        assert 0 < r["wait_fraction"] < 1 and r["images"] == 2 * 64
+        assert r["wait_s"] + r["compute_s"] == pytest.approx(r["images"] / r["images_per_s"])
+
+
+def test_worker_memory_reads_each_worker(mnist_root):
+    ds = {"tensor": lb.make_dataset("tensor", mnist_root, subset=2000),
+          "pylist": lb.make_dataset("pylist", mnist_root, subset=2000)}
+    rows = lb.memory_sweep(ds, num_workers=1, batch_size=200)
+    assert [r["dataset"] for r in rows] == ["tensor", "pylist"]
+    for r in rows:
+        assert r["start_method"] == "fork" and r["worker_uss_mib"] > 0
+        assert r["worker_uss_mib"] <= r["worker_pss_mib"] <= r["worker_rss_mib"]
+        assert math.isfinite(r["copied_fraction"])
+
+
+def test_uint8_batches_match_normalised_tensors(mnist_root):
+    from mnist_helpers.data import load_mnist
+    X_u8, y = lb.raw_uint8(mnist_root, subset=300)
+    X, y2, _, _ = load_mnist(mnist_root, subset=(300, 1))
+    batches = lb.Uint8Batches(X_u8, y, 128, seed=1)
+    got = list(batches)
+    assert len(batches) == len(got) == 3 and sum(len(b[0]) for b in got) == 300
+    Xb, yb = got[0]
+    idx = torch.randperm(300, generator=torch.Generator().manual_seed(1))[:128]
+    assert torch.allclose(Xb, X[idx], atol=1e-5) and torch.equal(yb, y2[idx])
+    with pytest.raises(ValueError, match="uint8"):
+        lb.Uint8Batches(X, y, 8)
+
+
+def test_feed_rates_table(mnist_root):
+    rows = lb.feed_rates(mnist_root, subset=512, num_workers=(0,), epochs=1, dataloader_max_batches=2)
+    names = [r["feed"] for r in rows]
+    assert any(n.startswith("TensorBatches") for n in names) and any(n.startswith("Uint8") for n in names)
+    assert max(r["ratio_vs_dataloader"] for r in rows if r["feed"].startswith("DataLoader")) == pytest.approx(1.0)
+
+
+def test_drop_last_effect(small_mnist):
+    X, y, _, _ = small_mnist
+    r = lb.drop_last_effect(X[:300], y[:300], batch_size=128, model="fastnet", trials=2)
+    assert r["last_batch"] == 44 and r["steps_keep"] == 3 and r["steps_drop"] == 2
+    assert r["expected_ratio"] == pytest.approx(math.sqrt(128 / 44))
+    assert r["grad_error_last_batch"] > 0 and "batchnorm" in " ".join(r)
+    with pytest.raises(ValueError, match="need more than batch_size"):
+        lb.drop_last_effect(X[:10], y[:10], batch_size=128)
+
+
+def test_worker_verdicts():
+    sweep = [{"num_workers": w, "images_per_s": ips} for w, ips in [(0, 100), (1, 180), (2, 200), (4, 150)]]
+    v = {d["claim"]: d["verdict"] for d in lb.worker_verdicts(sweep, cores=2)}
+    assert v["num_workers = 1/4-1/2 of the CPU cores"] == "close enough here (within 10% of the best)"
+    assert v["too many workers slow things down"] == "holds here"
+    v = {d["claim"]: d["verdict"] for d in lb.worker_verdicts(sweep[:3], cores=2)}
+    assert v["too many workers slow things down"].startswith("not tested")
+    with pytest.raises(ValueError, match="no rows with num_workers"):
+        lb.worker_verdicts([], cores=2)
+
+
+def test_widget_degrades_to_static_output(tv, capsys):
+    from mnist_helpers.widgets_loader import loader_widget
+    rows = loader_widget(tv, num_workers=1, batch_size=64, max_batches=2, interactive=False)
+    out = capsys.readouterr().out
+    assert len(rows) == 1 and "img/s" in out
