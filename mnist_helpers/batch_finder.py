@@ -16,7 +16,8 @@ How the memory limit is made real, per device:
   The limit is on address space, not on resident memory: it also counts the allocator's slack and
   any thread stacks created later, so treat the budget as approximate. It cannot be lifted again
   inside the process, so ``find_batch_size_limited`` runs the whole search in a fresh subprocess
-  (``python -m mnist_helpers.batch_finder``), which is also how a notebook must use it.
+  (``python -m mnist_helpers.batch_finder``), which is also how a notebook must use it; that process
+  gets ``MALLOC_ENV`` (a fixed glibc mmap threshold, so freed tensors give their address space back).
 
     python -m mnist_helpers.batch_finder --model net --start 4096 --budget_mib 600
 """
@@ -31,6 +32,10 @@ import sys
 from typing import Callable
 
 MiB = 2**20
+# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
+# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
+# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -43,8 +48,11 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
-def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1) -> dict:
-    """Halve from ``start`` until ``fits(batch_size)`` runs without running out of memory.
+def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1, repeats: int = 2) -> dict:
+    """Halve from ``start`` until ``fits(batch_size)`` runs ``repeats`` times without running out of memory.
+
+    Two repeats by default: the first step at a new size can pass while the second (gradients and
+    allocator state carried over) fails.
 
     Returns ``{"batch_size": largest that fit (None if even min_batch_size failed), "tried": [{batch_size, ok,
     error}]}``. Errors that are not out-of-memory are raised: a bug must not look like a big batch.
@@ -56,7 +64,8 @@ def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: i
     tried, batch_size = [], start
     while batch_size >= min_batch_size:
         try:
-            fits(batch_size)
+            for _ in range(repeats):
+                fits(batch_size)
         except Exception as exc:  # noqa: BLE001 - sorted just below
             if not is_oom(exc):
                 raise
@@ -80,7 +89,11 @@ def _release_cached() -> None:
 
 
 def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, seed: int = 0) -> Callable[[int], float]:
-    """A ``fits(batch_size)`` that runs one real training step (Adam, NLL loss) and returns the loss."""
+    """A ``fits(batch_size)`` that runs one real training step (Adam, NLL loss) and returns the loss.
+
+    ``fits.model`` and ``fits.optimizer`` are the model and optimizer it trains: keep training those
+    after the search (under an address-space cap, memory freed by a failed try is not always returned
+    to the OS, so a second model may not fit where the first did)."""
     import torch
     import torch.nn.functional as F
 
@@ -100,6 +113,7 @@ def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, 
         return loss.item()
 
     fits(2)  # create the optimizer state and start the thread pools before any limit is set
+    fits.model, fits.optimizer = net, opt  # so the caller can go on training the same model
     return fits
 
 
@@ -147,7 +161,7 @@ def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: i
     cmd = [sys.executable, "-m", "mnist_helpers.batch_finder", "--model", model, "--start", str(start),
            "--budget_mib", str(budget_mib), "--min_batch_size", str(min_batch_size), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                          env={**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"the batch-size search failed in its subprocess (exit code {proc.returncode}):\n"

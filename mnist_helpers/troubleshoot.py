@@ -62,20 +62,38 @@ def telling_line(text: str, pattern: str) -> str:
 
 
 def expect_launch_failure(module: str, args=(), nproc: int = 1, env: dict | None = None,
-                          timeout: float = 120) -> LaunchError:
+                          timeout: float = 120, device: str = "cpu") -> LaunchError:
     """Launch ``module`` under torchrun and return the LaunchError it must raise (AssertionError if it passes)."""
     try:
         torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=False, provision=False,
-                 device="cpu")
+                 device=device)
     except LaunchError as err:
         return err
     raise AssertionError(f"{module} {' '.join(map(str, args))} was expected to fail but passed")
 
 
-def launch_ok(module: str, args=(), nproc: int = 1, env: dict | None = None, timeout: float = 120) -> dict:
-    """Launch ``module`` under torchrun; return rank 0's JSON (``{}`` if none). LaunchError propagates."""
-    return torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=False, provision=False,
-                    device="cpu") or {}
+def launch_ok(module: str, args=(), nproc: int = 1, env: dict | None = None, timeout: float = 120,
+              capture: list | None = None, device: str = "cpu") -> dict:
+    """Launch ``module`` under torchrun; return rank 0's JSON (``{}`` if none). LaunchError propagates.
+
+    ``capture``: a list that receives the run's output lines (the launcher's echo, kept off the screen).
+    """
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf) if capture is not None else contextlib.nullcontext():
+        res = torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=capture is not None,
+                       provision=False, device=device) or {}
+    if capture is not None:
+        capture.extend(buf.getvalue().splitlines())
+    return res
+
+
+def evidence(err: LaunchError) -> dict:
+    """What a record keeps of a failed launch: the command to paste into a terminal, the failing rank, its cause."""
+    import shlex
+
+    return {"bug_command": shlex.join(err.command), "failing_rank": err.rank, "root_cause": err.root_cause[:1200]}
 
 
 # --------------------------------------------------------------------------- 1. Address already in use
@@ -141,7 +159,7 @@ def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
         f"(the fixed run used port {fixed.get('master_port')})",
         bool(fixed) and fixed.get("all_reduce") == nproc,
         {"port": port, "holders": holders, "port_free_after_stopping_holder": freed,
-         "fixed_master_port": fixed.get("master_port"), "failing_rank": err.rank})
+         "fixed_master_port": fixed.get("master_port"), **evidence(err)})
 
 
 # --------------------------------------------------------------------------- 2. backend errors
@@ -172,13 +190,11 @@ def backend_interface(nproc: int = 2, bad_ifname: str = "eth-typo9", timeout: fl
                                 timeout=timeout)
     good = loopback_interface()
     env = {"GLOO_SOCKET_IFNAME": good, **DEBUG_ENV}
+    lines: list[str] = []
+    fixed_err = None
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "r.json"
-            fixed_err = None
-            fixed = torchrun(module, ["--fix", "--out", out], nproc=nproc, env=env, timeout=timeout, echo=False,
-                             provision=False, device="cpu")
-    except LaunchError as e:  # pragma: no cover - reported, not hidden
+        fixed = launch_ok(module, ["--fix"], nproc=nproc, env=env, timeout=timeout, capture=lines)
+    except LaunchError as e:  # reported in the record, not hidden
         fixed, fixed_err = {}, e
     return Repro(
         "gloo: wrong network interface", telling_line(err.root_cause + "\n" + err.output, r"Unable to find address"),
@@ -188,7 +204,8 @@ def backend_interface(nproc: int = 2, bad_ifname: str = "eth-typo9", timeout: fl
         "choice with NCCL_DEBUG=INFO and set NCCL_SOCKET_IFNAME the same way",
         bool(fixed) and fixed_err is None,
         {"interfaces": sorted(psutil.net_if_addrs()), "fixed_env": env, "fixed_result": fixed,
-         "fixed_error": str(fixed_err) if fixed_err else None})
+         "fixed_error": str(fixed_err) if fixed_err else None, "debug_lines": debug_log_lines("\n".join(lines)),
+         "fixed_output_lines": len(lines), **evidence(err)})
 
 
 def debug_log_lines(output: str, limit: int = 6) -> list[str]:
@@ -221,7 +238,8 @@ def unused_parameters(nproc: int = 2, steps: int = 20, warmup: int = 3, timeout:
         "use the branch, or freeze it (requires_grad_(False)), or DDP(find_unused_parameters=True), which "
         "searches the autograd graph after every forward",
         set(rows) == {"freeze", "find_unused", "use"},
-        {"median_step_ms": rows, "find_unused_over_freeze": cost, "steps": steps, "world_size": fixed.get("world_size")})
+        {"median_step_ms": rows, "find_unused_over_freeze": cost, "steps": steps, "world_size": fixed.get("world_size"),
+         **evidence(err)})
 
 
 # --------------------------------------------------------------------------- 4. collective mismatch / hang
@@ -254,18 +272,24 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
         "the log values)",
         bool(fixed_result) and fixed_result.get("world_size") == nproc,
         {"hang_launch_seconds": hang_s, "timeout_s": timeout_s, "detail_line": detail,
-         "differ_line": re.sub(r"^.*(Collectives differ)", r"\1", differ)})
+         "differ_line": re.sub(r"^.*(Collectives differ)", r"\1", differ), "detail_command": evidence(named)["bug_command"],
+         **evidence(hang)})
 
 
 # --------------------------------------------------------------------------- 5. out of memory
 
 def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1, model: str = "net",
-                  timeout: float = 300) -> Repro:
-    """One training step that does not fit a memory cap; the fix halves to a micro-batch and accumulates."""
+                  timeout: float = 300, device: str = "auto") -> Repro:
+    """One training step that does not fit a memory cap; the fix halves to a micro-batch and accumulates.
+
+    ``device="auto"``: on a GPU the cap is ``set_per_process_memory_fraction`` and the error CUDA's own."""
     module = "mnist_helpers.workers.bug_oom"
     args = ["--model", model, "--batch_size", batch_size, "--budget_mib", budget_mib]
-    err = expect_launch_failure(module, args, nproc=1, timeout=timeout)
-    fixed = launch_ok(module, [*args, "--fix", "find", "--steps", steps], nproc=1, timeout=timeout)
+    from .batch_finder import MALLOC_ENV
+
+    err = expect_launch_failure(module, args, nproc=1, env=MALLOC_ENV, timeout=timeout, device=device)
+    fixed = launch_ok(module, [*args, "--fix", "find", "--steps", steps], nproc=1, env=MALLOC_ENV, timeout=timeout,
+                      device=device)
     error = telling_line(err.root_cause + "\n" + err.output,
                          r"can't allocate memory|CUDA out of memory|OutOfMemoryError")
     cap = "set_per_process_memory_fraction" if "cuda" in fixed.get("device", "") else "RLIMIT_AS (address space)"
@@ -277,7 +301,8 @@ def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1,
         f"{fixed.get('grad_accum')} accumulation steps = the same batch of {batch_size}",
         bool(fixed.get("losses")),
         {"tried": fixed.get("tried"), "micro_batch_size": fixed.get("micro_batch_size"),
-         "grad_accum": fixed.get("grad_accum"), "limit": fixed.get("limit")})
+         "grad_accum": fixed.get("grad_accum"), "limit": fixed.get("limit"), "losses": fixed.get("losses"),
+         **evidence(err)})
 
 
 def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu") -> list[dict]:
@@ -333,18 +358,21 @@ def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu"
         return r.peak_bytes / MiB
     return [
         {"check": "who holds memory", "measured": holders,
-         "do": "nvidia-smi (GPU) / free -h (CPU): stop stale runs before shrinking anything"},
+         "do": "nvidia-smi (GPU) / free -h (CPU): stop stale runs before shrinking anything", "ratio": None},
         {"check": f"batch {batch_size}: peak vs state", "measured": f"peak {mib(full):,.0f} MiB, of which "
-         f"{full.persistent_bytes / MiB:,.0f} MiB weights+grads+Adam+batch", "do": "activations scale with the batch"},
+         f"{full.persistent_bytes / MiB:,.0f} MiB weights+grads+Adam+batch", "do": "activations scale with the batch",
+         "ratio": 1.0, "peak_mib": mib(full)},
         {"check": "halve the batch", "measured": f"peak {mib(half):,.0f} MiB at {batch_size // 2} "
-         f"({mib(half) / mib(full):.2f}x)", "do": "mnist_helpers.batch_finder halves until it fits"},
+         f"({mib(half) / mib(full):.2f}x)", "do": "mnist_helpers.batch_finder halves until it fits",
+         "ratio": mib(half) / mib(full)},
         {"check": "gradient accumulation", "measured": f"peak {mib(accum):,.0f} MiB for batch {batch_size} as "
          f"4 x {batch_size // 4} ({mib(accum) / mib(full):.2f}x)",
-         "do": "it reduces memory for the same effective batch (the article's 'multiplies memory' is wrong)"},
+         "do": "accumulate micro-batches to keep the effective batch in less memory", "ratio": mib(accum) / mib(full)},
         {"check": "losses kept as tensors", "measured": f"3 summed losses keep {graph_nodes(kept)} autograd nodes alive",
-         "do": "accumulate loss.item() (a float), or loss.detach()"},
+         "do": "accumulate loss.item() (a float), or loss.detach()", "ratio": None, "nodes": graph_nodes(kept)},
         {"check": "mixed precision", "measured": f"peak {mib(amp):,.0f} MiB with bf16 autocast "
-         f"({mib(amp) / mib(full):.2f}x)", "do": "torch.autocast (+ torch.amp.GradScaler for fp16) on GPU"},
+         f"({mib(amp) / mib(full):.2f}x)", "do": "torch.autocast (+ torch.amp.GradScaler for fp16) on GPU",
+         "ratio": mib(amp) / mib(full)},
     ]
 
 

@@ -10,6 +10,7 @@ module for what this does and does not measure). Then:
   micro-batch with gradient accumulation, so the *effective* batch stays ``--batch_size``
   (accumulation lowers memory for a given batch; it does not multiply it).
 
+    export MALLOC_MMAP_THRESHOLD_=1048576   # see mnist_helpers.batch_finder.MALLOC_ENV
     python -m torch.distributed.run --standalone --nproc-per-node 1 \\
         -m mnist_helpers.workers.bug_oom --batch_size 4096 --budget_mib 600            # the bug
     python -m torch.distributed.run --standalone --nproc-per-node 1 \\
@@ -27,14 +28,10 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.batch_finder import MiB, find_batch_size, limit_memory, train_step_probe
-from mnist_helpers.models import build_model
 
 
-def train_accumulated(model: str, batch_size: int, micro_batch_size: int, steps: int, device: str) -> list[float]:
+def train_accumulated(net, opt, batch_size: int, micro_batch_size: int, steps: int, device: str) -> list[float]:
     """``steps`` optimizer steps of ``batch_size`` images made of micro-batches; returns the losses."""
-    torch.manual_seed(0)
-    net = build_model(model).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     accum = math.ceil(batch_size / micro_batch_size)
     losses = []
     for _ in range(steps):
@@ -71,8 +68,7 @@ def main(argv: list[str] | None = None) -> dict:
     search = find_batch_size(fits, args.batch_size)
     if search["batch_size"] is None:
         raise SystemExit(f"not even batch 1 fits in {args.budget_mib} MiB: raise --budget_mib")
-    del fits  # the probe's model; the accumulated run builds its own
-    losses = train_accumulated(args.model, args.batch_size, search["batch_size"], args.steps, device)
+    losses = train_accumulated(fits.model, fits.optimizer, args.batch_size, search["batch_size"], args.steps, device)
     summary = {"device": device, "limit": limit, "budget_mib": args.budget_mib, "batch_size": args.batch_size,
                "micro_batch_size": search["batch_size"], "grad_accum": math.ceil(args.batch_size / search["batch_size"]),
                "tried": search["tried"], "losses": losses}
