@@ -50,15 +50,15 @@ def test_sweep_rows_log_and_verdicts(tiny, tmp_path):
     log = tmp_path / "log.jsonl"
     seen = []
     rows = bs.batch_lr_sweep(tiny, batch_sizes=(8, 16, 64), base_batch=16, model="fastnet", num_epochs=1,
-                             log_notebook="04", log_path=log, on_run=seen.append)
+                             log_notebook="04", log_path=log, on_run=seen.append, tags=["run-1"])
     # sgd: fixed x3, linear x2, warm-up x1 (above base only); adam: fixed x3, linear x2, sqrt x2
     assert len(rows) == 13 == len(seen)
     r = next(r for r in rows if r["optimizer"] == "sgd" and r["rule"] == "linear+warmup")
-    assert r["batch_size"] == 64 and r["lr"] == pytest.approx(4 * bs.BASE_LR["sgd"]) and r["warmup_steps"] == 0
+    assert r["batch_size"] == 64 and r["lr"] == pytest.approx(4 * bs.BASE_LR["sgd"]) and r["warmup_steps"] == 1
     for r in rows:
         assert r["images"] == 128 and r["steps"] == math.ceil(128 / r["batch_size"])
         assert 0 <= r["test_acc"] <= 1 and r["gap"] == pytest.approx(r["train_acc"] - r["test_acc"])
-    logged = query(path=log, notebook="04", tag="batch-lr")
+    logged = query(path=log, notebook="04", tag="run-1")
     assert len(logged) == 13 and {"test_acc", "gap", "images_per_s"} <= logged[0].keys()
     claims = [v["claim"] for v in bs.scaling_verdicts(rows, base_batch=16)]
     assert claims[0].startswith("double the batch") and any("unstable" in c for c in claims)
@@ -73,7 +73,7 @@ def test_warmup_steps_and_loss_noise(tiny):
 def test_verdicts_from_synthetic_rows():
     def row(opt, rule, b, acc, ips=1000.0, noise=0.1, gap=0.0):
         return {"optimizer": opt, "rule": rule, "batch_size": b, "test_acc": acc, "images_per_s": ips,
-                "loss_noise": noise, "gap": gap, "diverged": acc < 0.2}
+                "loss_noise": noise, "gap": gap, "diverged": acc < 0.2}  # synthetic
     rows = [row("sgd", "fixed", 8, 0.5), row("sgd", "fixed", 128, 0.97), row("sgd", "fixed", 4096, 0.80, 3000),
             row("sgd", "linear", 4096, 0.95, 3000), row("sgd", "linear+warmup", 4096, 0.96, 3000),
             row("adam", "fixed", 8, 0.975), row("adam", "fixed", 128, 0.98), row("adam", "fixed", 4096, 0.94, 3000),

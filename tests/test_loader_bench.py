@@ -71,7 +71,13 @@ def test_worker_memory_reads_each_worker(mnist_root):
     for r in rows:
         assert r["start_method"] == "fork" and r["worker_uss_mib"] > 0
         assert r["worker_uss_mib"] <= r["worker_pss_mib"] <= r["worker_rss_mib"]
-        assert math.isfinite(r["copied_fraction"])
+        assert math.isfinite(r["copied_fraction"]) and r["added_uss_mib"] >= 0 and r["baseline_uss_mib"] > 0
+
+
+def test_disk_read_rate(mnist_root):
+    from mnist_helpers.data import raw_dir
+    r = lb.disk_read_rate(raw_dir(mnist_root) / "t10k-labels-idx1-ubyte", repeats=1)
+    assert r["cold_mib_per_s"] > 0 and r["warm_mib_per_s"] > 0 and r["mib"] < 1
 
 
 def test_uint8_batches_match_normalised_tensors(mnist_root):

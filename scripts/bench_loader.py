@@ -1,0 +1,64 @@
+"""Tensor batches vs the DataLoader: how many more images per second reach the model (notebook 03).
+
+    .venv/bin/python scripts/bench_loader.py [--subset 20000] [--batch-size 128] [--workers 0 2] [--threads 1]
+
+Measures, side by side in one run and after one warm-up pass each: in-memory ``TensorBatches`` (float32),
+``Uint8Batches`` (uint8 pixels normalised per batch), GPU-resident versions of both when CUDA is present, and the
+torchvision DataLoader with per-sample transforms (PIL -> ToTensor -> Normalize) at each ``--workers`` count.
+Prints every feed's images/s and the ratio *best tensor feed / best DataLoader*; target: >= 100x on a CPU.
+Writes ``results/bench_loader.json`` (machine and date inside). Numbers on a shared machine are noisy; the ratio
+of rates measured in the same run is what this script is for.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+TARGET = 100.0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--subset", type=int, default=20000, help="training images to feed (default: %(default)s)")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--workers", type=int, nargs="+", default=[0, 2], help="DataLoader num_workers values")
+    ap.add_argument("--epochs", type=int, default=3, help="timed passes after the warm-up (median)")
+    ap.add_argument("--dataloader-batches", type=int, default=60, help="batches per DataLoader pass (it is slow)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave as is)")
+    ap.add_argument("--out", default=None, help="JSON path (default: results/bench_loader.json)")
+    args = ap.parse_args(argv)
+
+    import torch
+    from mnist_helpers.loader_bench import feed_rates
+    from mnist_helpers.paths import results_dir
+    from mnist_helpers.resources import describe, machine_info
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    machine = machine_info()
+    print(f"machine: {describe(machine)}; torch threads {torch.get_num_threads()}")
+    rows = feed_rates(subset=args.subset, batch_size=args.batch_size, num_workers=args.workers,
+                      epochs=args.epochs, dataloader_max_batches=args.dataloader_batches)
+    print(f"{'feed':<52} {'device':>6} {'img/s':>14} {'x DataLoader':>13}")
+    for r in rows:
+        print(f"{r['feed']:<52} {r['device']:>6} {r['images_per_s']:>14,.0f} {r['ratio_vs_dataloader']:>12,.1f}x")
+    tensor = max((r for r in rows if not r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
+    ratio = tensor["ratio_vs_dataloader"]
+    ok = ratio >= TARGET
+    print(f"\nbest tensor feed ({tensor['feed']}) / best DataLoader = {ratio:,.0f}x "
+          f"(target >= {TARGET:.0f}x: {'met' if ok else 'NOT met'})")
+    out = Path(args.out) if args.out else results_dir() / "bench_loader.json"
+    out.write_text(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                               "machine": machine, "args": vars(args), "rows": rows, "ratio": ratio,
+                               "target": TARGET, "target_met": ok}, indent=1))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
