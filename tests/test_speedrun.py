@@ -1,0 +1,131 @@
+"""The speedrun module and benchmark (notebook 10), on tiny budgets: no timing assertions."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mnist_helpers import speedrun
+from mnist_helpers.models import flops_per_image
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = dict(subset=512, test_subset=200, device="cpu")
+
+
+def test_chain_is_one_change_per_step_with_levels():
+    for device in ("cpu", "cuda"):
+        steps = speedrun.chain(device)
+        assert [r.name for r in steps] == ["article", "tensors", "device", "onecycle", "smallnet", "bf16",
+                                           "compile", "graphs"]
+        for r in steps:
+            assert r.levels and set(r.levels) <= set(speedrun.LEVELS) and r.change
+        assert steps[0].model == "net" and steps[0].data == "dataloader" and steps[0].batch_size == 128
+        assert steps[0].optimizer == "adam" and steps[0].lr == 1e-3 and steps[0].scheduler == "none"
+        assert steps[-1].cuda_graphs and steps[-1].compile
+    assert speedrun.chain("cuda")[3].batch_size > speedrun.chain("cpu")[3].batch_size
+    assert speedrun.skip_reason(speedrun.get_recipe("graphs"), "cpu")
+    assert speedrun.skip_reason(speedrun.get_recipe("device"), "cpu")
+    assert speedrun.skip_reason(speedrun.get_recipe("compile"), "cpu") is None
+    assert speedrun.fastest("cpu").compile and not speedrun.fastest("cpu").cuda_graphs
+
+
+@pytest.mark.parametrize("name", ["article", "onecycle", "bf16", "fast"])
+def test_every_cpu_recipe_builds_and_trains(name, mnist_root):
+    recipe = speedrun.get_recipe(name).replace(compile=False)
+    if recipe.data == "dataloader":
+        recipe = recipe.replace(num_workers=0)
+    run = speedrun.time_to_accuracy(recipe, targets=(0.2,), eval_every_steps=2, max_steps=4, seed=1,
+                                    stop_when="never", **TINY)
+    assert run["steps"] == 4 and run["evals"][-1]["step"] == 4 and len(run["evals"]) == 2
+    assert 0 <= run["final_acc"] <= 1 and run["test_count"] == 200
+    assert run["train_s"] > 0 and run["wall_s"] >= run["train_s"]
+    times = [e["train_s"] for e in run["evals"]]
+    assert times == sorted(times)
+
+
+def test_unreached_target_is_none_never_a_guess(mnist_root):
+    recipe = speedrun.get_recipe("tensors")
+    run = speedrun.time_to_accuracy(recipe, targets=(0.05, 1.0), eval_every_steps=1, max_steps=2, seed=0, **TINY)
+    assert run["targets"]["1"] is None  # 100% after two steps: not reached, reported as None
+    hit = run["targets"]["0.05"]
+    assert hit is not None and hit["step"] == 1 and hit["acc"] >= 0.05  # reached at the first evaluation
+    assert run["steps"] == 2  # not all targets reached: it kept training to the budget
+
+
+def test_stop_when_first(mnist_root):
+    recipe = speedrun.get_recipe("tensors")
+    run = speedrun.time_to_accuracy(recipe, targets=(0.01, 1.0), eval_every_steps=1, max_steps=5, seed=0,
+                                    stop_when="first", **TINY)
+    assert run["steps"] == 1
+
+
+def test_same_seed_same_curve(mnist_root):
+    recipe = speedrun.get_recipe("smallnet")
+    a, b = (speedrun.time_to_accuracy(recipe, (0.5,), eval_every_steps=3, max_steps=3, seed=7, **TINY)
+            for _ in range(2))
+    assert a["final_acc"] == b["final_acc"]
+
+
+def test_bad_inputs_say_what_to_do():
+    with pytest.raises(ValueError, match="levels must be"):
+        speedrun.ARTICLE.replace(levels=("network",))
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        speedrun.ARTICLE.replace(batch_size=0)
+    with pytest.raises(ValueError, match="cuda_graphs needs data='device'"):
+        speedrun.ARTICLE.replace(cuda_graphs=True)
+    with pytest.raises(ValueError, match="unknown recipe"):
+        speedrun.get_recipe("warp-drive")
+    with pytest.raises(ValueError, match="targets must be accuracies"):
+        speedrun.time_to_accuracy(speedrun.ARTICLE, targets=(99.0,), **TINY)
+    with pytest.raises(ValueError, match="cannot run on cpu"):
+        speedrun.time_to_accuracy(speedrun.get_recipe("graphs"), **TINY)
+
+
+def test_onecycle_shape():
+    lrs = [speedrun.onecycle_lr(s, 100, 1.0) for s in range(100)]
+    peak = max(range(100), key=lambda s: lrs[s])
+    assert 20 <= peak <= 30 and abs(lrs[peak] - 1.0) < 1e-9
+    assert lrs[0] == pytest.approx(1 / 25) and lrs[-1] < 1e-3
+
+
+def test_summary_and_speedup_from_runs():
+    def run(name, seed, t, acc):
+        hit = {"train_s": t, "wall_s": t + 1, "epochs": 1.0, "step": 1, "images": 1, "acc": acc} if t else None
+        return {"recipe": name, "seed": seed, "targets": {"0.99": hit}, "final_acc": acc, "train_s": 10.0,
+                "wall_s": 12.0, "setup_s": 0.5, "images_per_s": 100.0}
+    runs = [run("article", 0, 100.0, 0.991), run("fast", 0, 10.0, 0.992), run("article", 1, 120.0, 0.990),
+            run("fast", 1, 12.0, 0.992), run("slow", 0, None, 0.98)]
+    rows = speedrun.summarize(runs)
+    assert [r["recipe"] for r in rows] == ["article", "fast", "slow"]
+    ratios = speedrun.speedup(rows, "article", 0.99)
+    assert ratios["fast"] == pytest.approx(10.0) and ratios["slow"] is None
+    text = speedrun.summary_table(rows)
+    assert "article" in text and "1/1" in text and len({len(line) for line in text.splitlines()}) == 1
+
+
+def test_flops_and_peak():
+    small, net = speedrun.build("speednet", 12), speedrun.build("net")
+    assert speedrun.training_flops_per_image(small) == 3 * flops_per_image(small)
+    assert flops_per_image(net) / flops_per_image(small) > 5
+    assert speedrun.measure_peak_flops("cpu", n=128, repeats=1, min_time_s=0.01) > 1e6
+
+
+def test_bench_quick_writes_json(tmp_path, mnist_root):
+    out = tmp_path / "tta.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_time_to_accuracy.py"), "--quick",
+                           "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["complete"] and doc["quick"] and doc["torch"] == torch.__version__
+    assert doc["machine"]["cpu_model"] and doc["date_utc"]
+    assert {r["recipe"] for r in doc["summary"]} == {"article", "fast"}
+    assert set(doc["speedup"]) == {"0.5"} and len(doc["runs"]) == 2
+    for r in doc["runs"]:
+        assert set(r["targets"]) == {"0.5"} and r["evals"]
+    assert "faster than article" in proc.stdout
+
+
+def test_device_check_is_valid_bash():
+    assert subprocess.run(["bash", "-n", str(REPO / "scripts" / "device_check.sh")]).returncode == 0
