@@ -42,6 +42,11 @@ RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
 _DOUBLE_PREFIX = re.compile(r"^(\[rank \d+\] )\1")  # workers print "[rank N]" themselves too
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)={20,}", re.S)
 _TRACEBACK_START = "Traceback (most recent call last):"
+# torch 2.14.1, measured in 07_scaling_and_multinode: with several agents meeting at a c10d rendezvous
+# (--nnodes 2 --rdzv-endpoint ...), the restart after a killed worker hangs until the timeout while the
+# workers reuse the agents' rendezvous TCP store; with this variable set the group restarts and resumes.
+# (--standalone restarted fine without it.) So torchrun(max_restarts=N) sets it unless the caller did.
+_SHARE_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
 class LaunchError(RuntimeError):
@@ -225,6 +230,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
     seconds; on KeyboardInterrupt every process is stopped and the interrupt re-raised.
     ``env`` adds environment variables; ``threads_per_proc`` sets OMP_NUM_THREADS (default: the
     cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
+    ``max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
+    command) unless ``env`` or the environment sets it: without it a multi-node restart hangs on torch 2.14.
     """
     import torch  # imported here so that importing this module stays quick
 
@@ -245,6 +252,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
             """The variables that change the run, so they belong in the printed command."""
             threads = threads_per_proc or given or max(1, (os.cpu_count() or 1) // n)
             shown = {**(env or {}), "OMP_NUM_THREADS": str(threads)}
+            if max_restarts and _SHARE_STORE_OFF not in {**os.environ, **(env or {})}:
+                shown[_SHARE_STORE_OFF] = "1"  # restarts under c10d rendezvous: see _SHARE_STORE_OFF
             if dev == "cpu" and gpus:
                 shown["CUDA_VISIBLE_DEVICES"] = ""  # device="cpu" means the workers see no GPU
             return shown
