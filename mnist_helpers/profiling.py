@@ -175,7 +175,7 @@ def summarise_events(prof) -> list[dict]:
 def time_breakdown(events: list[dict], steps: int | None = None) -> list[dict]:
     """Data wait / compute / communication / other, as time and share of the profiled steps.
 
-    ``events`` is :func:`summarise_events` output. Step time is the sum of ``ProfilerStep#*`` events
+    ``events`` is :func:`summarise_events` output. Step time is the sum of ``ProfilerStep*`` events
     (falling back to the labels' sum); ``communication`` is the ``all-reduce`` label or, when nothing is
     labelled so (DDP all-reduces inside backward), the self time of collective ops. Shares add up to 1.
     """
@@ -184,7 +184,7 @@ def time_breakdown(events: list[dict], steps: int | None = None) -> list[dict]:
     by = {}
     for e in events:
         by[e["name"]] = by.get(e["name"], 0.0) + e["cpu_us"]
-    step_us = sum(v for k, v in by.items() if k.startswith("ProfilerStep#"))
+    step_us = sum(v for k, v in by.items() if k.startswith("ProfilerStep"))
     label_us = {k: by.get(k, 0.0) for k in LABELS}
     out = {cat: sum(label_us[lab] for lab in labs) for cat, labs in CATEGORIES.items()}
     if label_us["all-reduce"] == 0.0:

@@ -1,0 +1,81 @@
+"""Profiling helpers (notebook 09): labelled steps, the trace, the time breakdown, Timer statistics, the DDP worker."""
+import json
+
+import pytest
+import torch
+
+from mnist_helpers.profiling import (LABELS, bottleneck, profile_training, time_breakdown, time_step,
+                                     timer_compare)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory, mnist_root):
+    trace = tmp_path_factory.mktemp("prof") / "trace.json"
+    return profile_training("fastnet", batch_size=16, subset=64, wait=1, warmup=1, active=2, trace_path=trace)
+
+
+def test_profile_records_every_label_and_writes_a_chrome_trace(profiled):
+    names = {e["name"] for e in profiled["events"]}
+    assert {"data", "forward", "backward", "optimizer"} <= names
+    assert "all-reduce" not in names  # a single process has nothing to communicate
+    assert any(n.startswith("ProfilerStep") for n in names)
+    trace = json.loads(profiled["trace_path"].read_text())
+    assert any(ev.get("name") == "forward" for ev in trace["traceEvents"])
+    assert "aten::" in profiled["table"] and profiled["images_per_step"] == 16
+
+
+def test_breakdown_shares_add_up_and_name_the_bottleneck(profiled):
+    rows = time_breakdown(profiled["events"], profiled["steps"])
+    assert [r["part"] for r in rows] == ["data wait", "compute", "communication", "other"]
+    assert abs(sum(r["share"] for r in rows) - 1) < 1e-6
+    shares = {r["part"]: r["share"] for r in rows}
+    assert shares["compute"] > shares["data wait"]  # in-memory tensors: the model dominates
+    assert bottleneck(rows).startswith("compute dominates")
+
+
+def test_breakdown_finds_unlabelled_communication():
+    events = [{"name": "ProfilerStep#3", "cpu_us": 1000.0, "self_cpu_us": 10.0, "device_us": 0, "count": 1},
+              {"name": "backward", "cpu_us": 600.0, "self_cpu_us": 0.0, "device_us": 0, "count": 1},
+              {"name": "gloo:all_reduce", "cpu_us": 200.0, "self_cpu_us": 200.0, "device_us": 0, "count": 1},
+              {"name": "data", "cpu_us": 100.0, "self_cpu_us": 100.0, "device_us": 0, "count": 1}]
+    shares = {r["part"]: r["share"] for r in time_breakdown(events)}
+    assert shares == pytest.approx({"data wait": 0.1, "compute": 0.4, "communication": 0.2, "other": 0.3})
+    with pytest.raises(ValueError, match="no profiler events"):
+        time_breakdown([])
+
+
+def test_bad_schedule_is_refused():
+    with pytest.raises(ValueError, match="active must be a positive integer"):
+        profile_training("fastnet", active=0)
+    with pytest.raises(ValueError, match="wait must be"):
+        profile_training("fastnet", wait=-1)
+
+
+def test_timer_reports_median_and_iqr_over_several_runs():
+    m = time_step("fastnet", batch_size=8, threads=1, min_run_time=0.01, min_runs=4)
+    assert len(m.times) >= 4 and m.median > 0 and m.iqr >= 0
+    res = timer_compare("fastnet", threads=(1,), channels_last=(False, True), batch_sizes=(8, 16), base_batch=8,
+                        min_run_time=0.01, min_runs=3)
+    assert [(r["comparison"], r["setting"]) for r in res["rows"]] == [
+        ("threads", 1), ("channels_last", False), ("channels_last", True), ("batch_size", 8), ("batch_size", 16)]
+    assert all(r["runs"] >= 3 and r["iqr_ms"] >= 0 for r in res["rows"])
+    assert res["rows"][1]["relative"] == 1.0 and "channels_last" in res["text"]
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+        time_step("fastnet", batch_size=0)
+
+
+def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
+    from mnist_helpers.launch import torchrun
+
+    trace = tmp_path / "rank0.json"
+    res = torchrun("mnist_helpers.workers.profile_ddp",
+                   ["--model", "fastnet", "--batch-size", "8", "--subset", "64", "--active", "2", "--trace", trace],
+                   nproc=2, timeout=120, echo=False)
+    assert res["world_size"] == 2 and res["mode"] == "explicit all-reduce"
+    assert [r["rank"] for r in res["ranks"]] == [0, 1]
+    for r in res["ranks"]:
+        shares = {b["part"]: b["share"] for b in r["breakdown"]}
+        assert shares["communication"] > 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert any(ev.get("name") == "all-reduce" for ev in events)
+    assert set(LABELS) <= {ev.get("name") for ev in events}
