@@ -235,7 +235,7 @@ def scaler_skip_demo(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, i
         scaler.update()
         after = torch.cat([p.detach().flatten() for p in model.parameters()])
         rows.append({"step": step, "scale": scale, "found_inf": bool(found_inf),
-                     "skipped": bool(torch.equal(before, after)), "loss": float(loss)})
+                     "skipped": bool(torch.equal(before, after)), "loss": float(loss.detach())})
     return rows
 
 

@@ -159,19 +159,20 @@ def _timeline(prof, device):
 
 @contextlib.contextmanager
 def _quiet_stderr():
-    """The profiler's C++ side prints start/stop lines to fd 2; hide them (Python errors still raise)."""
+    """The profiler's C++ side prints start/stop lines to file descriptor 2 (also inside notebooks,
+    whose kernels capture that descriptor); hide them. Python exceptions still propagate."""
     try:
-        fd = sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):  # a notebook's stderr may have no file descriptor
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except OSError:
         yield
         return
-    saved = os.dup(fd)
     with open(os.devnull, "w") as null:
-        os.dup2(null.fileno(), fd)
+        os.dup2(null.fileno(), 2)
         try:
             yield
         finally:
-            os.dup2(saved, fd)
+            os.dup2(saved, 2)
             os.close(saved)
 
 

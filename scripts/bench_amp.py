@@ -47,7 +47,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     X, y, Xt, yt = load_mnist(subset=(4096, 1000) if args.quick else None)
     big, small = (128, 16) if args.quick else (512, 32)
-    blocks = dict(warmup=1, repeats=2, chunk=2) if args.quick else dict(warmup=2, repeats=5, chunk=10)
+    blocks = dict(warmup=1, repeats=2, chunk=2) if args.quick else dict(warmup=1, repeats=3, chunk=5)
     fast_fp16 = device.type == "cuda"
     modes = ["fp32", "bf16", "fp32 channels_last", "bf16 channels_last"]
     if fast_fp16:
