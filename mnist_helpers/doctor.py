@@ -168,18 +168,28 @@ def check_gpus() -> list[Finding]:
 
 
 def check_threads(nproc: int = 1) -> Finding:
+    """Threads per process x processes against the usable cores.
+
+    With ``OMP_NUM_THREADS`` unset, torchrun gives each of several processes 1 thread (and says so)
+    and ``mnist_helpers.launch`` gives each cores // processes; a plain process uses every core.
+    """
     import torch
 
     cores = usable_cores()
     omp = os.environ.get("OMP_NUM_THREADS")
-    threads = int(omp) if omp and omp.isdigit() else torch.get_num_threads()
-    total = threads * nproc
-    msg = (f"OMP_NUM_THREADS={omp or 'unset'} (torch uses {threads}) x {nproc} process(es) = {total} threads "
-           f"on {cores} usable core(s)")
     fix = f"OMP_NUM_THREADS={max(1, cores // nproc)} (cores // processes); mnist_helpers.launch sets it for you"
+    if not (omp and omp.isdigit()):
+        if nproc == 1:
+            return Finding("threads", "ok", f"OMP_NUM_THREADS unset: torch uses {torch.get_num_threads()} thread(s) "
+                           f"on {cores} usable core(s)")
+        return Finding("threads", "info", f"OMP_NUM_THREADS unset: with {nproc} processes torchrun gives each 1 "
+                       f"thread ({nproc} on {cores} usable cores); mnist_helpers.launch gives each "
+                       f"{max(1, cores // nproc)}", "" if nproc >= cores else fix)
+    threads, total = int(omp), int(omp) * nproc
+    msg = f"OMP_NUM_THREADS={omp} x {nproc} process(es) = {total} threads on {cores} usable core(s)"
     if total > cores:
         return Finding("threads", "warn", msg + ": oversubscribed, processes will slow each other down", fix)
-    if total < cores and nproc > 1:
+    if total < cores:
         return Finding("threads", "info", msg + ": some cores idle", fix)
     return Finding("threads", "ok", msg)
 

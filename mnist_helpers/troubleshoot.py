@@ -386,11 +386,10 @@ def loss_accumulation(num_steps: int = 8, batch_size: int = 64) -> Repro:
     bad = run_isolated("mnist_helpers.memory:leak_demo", accumulate="tensor", **kw)["result"]
     good = run_isolated("mnist_helpers.memory:leak_demo", accumulate="item", **kw)["result"]
     return Repro(
-        "graphs kept alive by accumulating loss",
-        f"no exception: memory grows {bad['growth_per_step'] / MiB:,.1f} MiB per step and {bad['graph_nodes_kept']} "
-        "autograd nodes stay reachable from the running total",
-        "`total += loss` makes `total` a tensor whose graph reaches every step's graph and its saved activations "
-        "(here an evaluation loop without torch.no_grad(); with backward() only the nodes pile up)",
+        "graphs kept alive by accumulating loss", "",
+        f"memory grows {bad['growth_per_step'] / MiB:,.1f} MiB per step and {bad['graph_nodes_kept']} autograd nodes "
+        "stay reachable: `total += loss` makes `total` a tensor whose graph reaches every step's graph and its saved "
+        "activations (here an evaluation loop without torch.no_grad(); with backward() only the nodes pile up)",
         "`total += loss.item()` (and torch.no_grad() for evaluation)",
         good["growth_per_step"] < bad["growth_per_step"] / 4 and good["graph_nodes_kept"] == 0,
         {"tensor_growth_mib_per_step": bad["growth_per_step"] / MiB, "item_growth_mib_per_step":
@@ -458,13 +457,16 @@ def _race(writer: str, argv_for, dst: Path, n_writers: int, poll_s: float = 0.01
     procs = [subprocess.Popen([sys.executable, "-c", writer, *argv_for(i)], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "PYTHONPATH": str(REPO)}) for i in range(n_writers)]
     seen = {"missing": 0, "truncated": 0, "corrupt": 0, "valid": 0, "too long": 0}
+    first_bad = ""
     while any(p.poll() is None for p in procs):
         reason = check_file(dst)
         key = "valid" if reason is None else next((k for k in seen if f" {k}" in reason), "corrupt")
         seen[key] += 1
+        if key not in ("valid", "missing") and not first_bad:
+            first_bad = reason
         time.sleep(poll_s)
     outs = [p.communicate()[0].strip() for p in procs]
-    return {"reader_saw": seen, "final": check_file(dst) or "valid", "writers": outs}
+    return {"reader_saw": seen, "final": check_file(dst) or "valid", "writers": outs, "first_bad": first_bad}
 
 
 def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> Repro:
@@ -486,10 +488,9 @@ def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> R
     torn = naive["reader_saw"]["truncated"] + naive["reader_saw"]["corrupt"]
     safe_torn = safe["reader_saw"]["truncated"] + safe["reader_saw"]["corrupt"]
     return Repro(
-        "per-rank downloads racing on the data folder",
-        f"a reader polling during the naive writes saw a partial or corrupt file {torn} times "
-        f"(check_file: {naive['reader_saw']})",
-        "each rank opens the same path with 'wb' (truncating the other's bytes) and a reader can open it mid-write",
+        "per-rank downloads racing on the data folder", naive["first_bad"].replace(str(naive_dst.parent) + "/", ""),
+        f"each rank opens the same path with 'wb' (truncating the other's bytes) and a reader can open it mid-write: "
+        f"a reader polling during the naive writes saw a partial or corrupt file {torn} times ({naive['reader_saw']})",
         "provision once, before the ranks start (the launcher calls ensure_mnist), under a file lock, writing "
         f"tmp + rename: the reader saw {safe['reader_saw']}; writers: {safe['writers']}",
         safe_torn == 0 and safe["final"] == "valid" and safe["writers"].count("wrote") == 1,
@@ -586,20 +587,25 @@ def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 
     from .doctor import check_shm
     from .loader_bench import _dataset_tensors, make_dataset, make_loader, train_with_loader
 
+    from .loader_bench import time_loader
+
     ds = make_dataset("torchvision", subset=subset)
     loader = make_loader(ds, batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
+    alone = time_loader(loader, epochs=1, max_batches=steps)["images_per_s"]  # the loader with no model
     slow = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps)
     del loader
     X, y = _dataset_tensors(ds)
     fast = train_with_loader(TensorBatches(X, y, batch_size), model=model, steps=steps, warmup_steps=warmup_steps)
     shm = check_shm(num_workers=max(num_workers, 2), batch_size=batch_size)
+    bound = "the loader" if slow["wait_fraction"] > 0.3 else "the model's compute, not the loader,"
     return Repro(
         "loader starvation", "",
         f"with the per-sample transforms in {num_workers or 'the main'} process(es), {slow['wait_fraction']:.0%} of "
-        f"each {model} step waits for data ({slow['images_per_s']:,.0f} img/s); on a GPU this is the 0-30% "
-        "utilisation in nvidia-smi",
+        f"each {model} step waits for data ({slow['images_per_s']:,.0f} img/s): {bound} limits this machine. The "
+        f"loader alone delivers {alone:,.0f} img/s, so any device that trains faster than that waits (on a GPU: "
+        "the 0-30% utilisation of nvidia-smi -l 1)",
         f"decode once, keep the tensors in memory (TensorBatches): {fast['wait_fraction']:.0%} waiting, "
         f"{fast['images_per_s']:,.0f} img/s; or DataLoader workers, which pass batches through /dev/shm "
         f"({shm.level}: {shm.message})",
         fast["wait_fraction"] < slow["wait_fraction"],
-        {"dataloader": slow, "tensor_batches": fast, "shm": shm.__dict__})
+        {"dataloader": slow, "tensor_batches": fast, "loader_alone_images_per_s": alone, "shm": shm.__dict__})

@@ -48,8 +48,10 @@ def test_shm_need_and_check(tmp_path):
 def test_threads_oversubscription_warns(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", str(doctor.usable_cores() * 2))
     assert doctor.check_threads(nproc=2).level == "warn"
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.setenv("OMP_NUM_THREADS", str(doctor.usable_cores()))
     assert doctor.check_threads(nproc=1).level == "ok"
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert doctor.check_threads(nproc=1).level == "ok"  # a plain process uses every core
 
 
 def test_bad_data_root_is_an_error_with_the_fix(tmp_path):

@@ -26,7 +26,7 @@ CASES = {
     "out_of_memory": (lambda: ts.out_of_memory(batch_size=512, budget_mib=150), r"can't allocate memory|out of memory"),
     "spawn_main": (lambda: ts.spawn_main(nprocs=1), r"Can't get attribute 'train' on <module '__main__'"),
     "local_rank_argparse": (lambda: ts.local_rank_argparse(), r"unrecognized arguments: --local-rank=0"),
-    "download_race": (lambda: ts.download_race(), r"partial or corrupt file [1-9]"),
+    "download_race": (lambda: ts.download_race(), r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)"),
 }
 
 
@@ -75,6 +75,7 @@ def test_records_carry_what_the_notebook_prints(records):
     oom = records["out_of_memory"].details
     assert oom["micro_batch_size"] * oom["grad_accum"] >= 512 and not oom["tried"][0]["ok"]
     assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
+    assert records["download_race"].details["naive"]["reader_saw"]["truncated"] > 0
     assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
 
 
