@@ -11,7 +11,7 @@ from torch import nn
 
 from mnist_helpers.launch import torchrun
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def launch(nproc: int, demos: str, mnist_root, *extra) -> dict:
@@ -24,8 +24,7 @@ def launch(nproc: int, demos: str, mnist_root, *extra) -> dict:
 
 @pytest.fixture(scope="module")
 def two(mnist_root):
-    return launch(2, "manual_allreduce,local_rank_bug,sampler,seeding,syncbn,validation", mnist_root,
-                  "--train-steps", "10")
+    return launch(2, "manual_allreduce,local_rank_bug,sampler,seeding,syncbn", mnist_root)
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +65,6 @@ def test_validation_with_three_processes(three):
     assert s["single_process_acc"] > 0.2, "the demo model learned something (chance: 0.1)"
     # the others wait while rank 0 evaluates (a fraction, not a speed: no timing thresholds in tests)
     assert s["others_wait_s"] > 0 and s["others_wait_fraction"] > 0.5
-
-
-def test_validation_with_two_processes_needs_no_padding(two):
-    s = two["validation"]
-    assert s["sampler_count"] == s["exact_count"] == 10_000 and s["exact_equals_single"]
 
 
 def test_local_rank_argument_is_never_passed(two):
