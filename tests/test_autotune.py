@@ -20,7 +20,9 @@ def test_tiny_budget_still_returns_a_measured_valid_configuration(mnist_root):
     assert any(r["status"].startswith("skipped") for r in ev)  # the budget was respected
     assert next(r for r in ev if r["stage"] == "nproc" and r["setting"] == 2)["status"].startswith("skipped")
     TrainConfig(**res["config"])  # a configuration the trainer accepts
-    assert res["nproc"] == 1 and res["config"]["batch_size"] == 32
+    assert res["nproc"] == 1 and res["config"]["batch_size"] == 64  # min(article's 128, max_batch_size) first
+    first_feed = next(r for r in ev if r["stage"] == "loader")
+    assert (first_feed["loader"], first_feed["num_workers"]) == ("dataloader", 4)  # the article's feed first
     assert set(stage_gains(ev)) == set(stages) and "chosen" in evidence_table(ev)
 
 
@@ -29,7 +31,7 @@ def test_generous_budget_measures_every_in_process_candidate(mnist_root):
                    amp=["none", "bf16"], nproc=[1], subset=128, steps=1, repeats=1, log=None)
     ev = res["evidence"]
     assert all(r["status"] == "measured" or r["status"].startswith("unsupported") for r in ev)
-    assert [r["setting"] for r in ev if r["stage"] == "batch_size"] == [32, 64]
+    assert [r["setting"] for r in ev if r["stage"] == "batch_size"] == [64, 32]
     best = max((r for r in ev if r["stage"] == "batch_size"), key=lambda r: r["images_per_s"])
     assert best["chosen"] and res["config"]["batch_size"] == best["setting"]
 

@@ -52,12 +52,10 @@ def test_bad_schedule_is_refused():
 
 
 def test_timer_reports_median_and_iqr_over_several_runs():
-    m = time_step("fastnet", batch_size=8, threads=1, min_run_time=0.01, min_runs=4)
-    assert len(m.times) >= 4 and m.median > 0 and m.iqr >= 0
-    res = timer_compare("fastnet", threads=(1,), channels_last=(False, True), batch_sizes=(8, 16), base_batch=8,
-                        min_run_time=0.01, min_runs=3)
+    res = timer_compare("fastnet", threads=(1,), channels_last=(False, True), batch_sizes=(8,), base_batch=8,
+                        base_threads=1, min_run_time=0.01, min_runs=3)
     assert [(r["comparison"], r["setting"]) for r in res["rows"]] == [
-        ("threads", 1), ("channels_last", False), ("channels_last", True), ("batch_size", 8), ("batch_size", 16)]
+        ("threads", 1), ("channels_last", False), ("channels_last", True), ("batch_size", 8)]
     assert all(r["runs"] >= 3 and r["iqr_ms"] >= 0 for r in res["rows"])
     assert res["rows"][1]["relative"] == 1.0 and "channels_last" in res["text"]
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
