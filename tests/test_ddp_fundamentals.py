@@ -11,7 +11,8 @@ from torch import nn
 
 from mnist_helpers.launch import torchrun
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
+              pytest.mark.filterwarnings("ignore:3 processes on 2 CPU cores")]
 
 
 def launch(nproc: int, demos: str, mnist_root, *extra) -> dict:
