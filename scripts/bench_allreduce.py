@@ -1,0 +1,70 @@
+"""AllReduce micro-benchmark and DDP communication settings (notebook 07_scaling_and_multinode).
+
+1. ``dist.all_reduce`` latency and bus bandwidth per message size (4 KiB .. 16 MiB) and world size,
+   gloo on CPU (NCCL when every process has a GPU), next to the ring model: each rank sends
+   2(N-1)/N times the message, so per-rank volume is nearly constant in N while the number of
+   steps 2(N-1) (the latency term) grows. On this 2-core CPU world sizes above 2 are oversubscribed.
+2. DDP steps of the article's Net per ``bucket_cap_mb`` (25, the default, and 1) and compression hook
+   (fp16, bf16), interleaved in one process group, each against the same step without all-reduce.
+
+Writes results/bench_allreduce.json (machine and date inside).
+
+    python scripts/bench_allreduce.py                      # world sizes 2 and 4
+    python scripts/bench_allreduce.py --world-sizes 2,4,8  # on a GPU box: device=cuda, one per GPU
+    python scripts/bench_allreduce.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+
+import torch
+
+from mnist_helpers.comm_bench import allreduce_sweep, ddp_variants, latency_growth, ring_volume_verdict
+from mnist_helpers.paths import results_dir
+from mnist_helpers.resources import describe, machine_info
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world-sizes", default="2,4")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
+    ap.add_argument("--out", default=None, help="JSON path (default results/bench_allreduce.json)")
+    args = ap.parse_args(argv)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    worlds = [int(n) for n in args.world_sizes.split(",")]
+    sizes = [4096, 65536, 1 << 20] if args.quick else [4096, 65536, 1 << 20, 4 << 20, 16 << 20]
+    print(f"machine: {describe()} | device {device}")
+    t0 = time.perf_counter()
+    rows = allreduce_sweep(sizes, worlds, iters=3 if args.quick else 10, repeats=2 if args.quick else 5,
+                           device=device)
+    print(f"{'N':>3} {'bytes':>10} {'latency us':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'2(N-1)/N':>9}")
+    for r in rows:
+        print(f"{r['world_size']:>3} {r['bytes']:>10,} {r['latency_us']:>11,.0f} {r['algbw_gbps']:>11.3f} "
+              f"{r['busbw_gbps']:>11.3f} {r['ring_factor']:>9.2f}")
+    growth = latency_growth(rows)
+    verdict = ring_volume_verdict(tuple(worlds) if len(worlds) > 1 else (2, 64))
+    print(f"ring model: per-rank bytes grow {verdict['per_rank_bytes_growth']:.2f}x from N={verdict['n_min']} to "
+          f"N={verdict['n_max']} (linear would be {verdict['linear_would_be']:.0f}x): {verdict['verdict']}")
+    variants = [(25, "none"), (1, "none"), (25, "fp16"), (25, "bf16")]
+    ddp = ddp_variants(variants, model="fastnet" if args.quick else "net", batch_size=128,
+                       steps=1 if args.quick else 3, repeats=2 if args.quick else 5, device=device)
+    print(f"{'bucket MB':>9} {'hook':>5} {'step ms':>8} {'no-sync ms':>10} {'comm %':>7} {'vs default':>10}")
+    for r in ddp:
+        print(f"{r['bucket_cap_mb']:>9g} {r['hook']:>5} {1e3 * r['step_s']:>8.1f} {1e3 * r['no_sync_step_s']:>10.1f} "
+              f"{100 * r['comm_fraction']:>6.1f}% {r['speedup_vs_first']:>9.2f}x")
+    result = {"script": "scripts/bench_allreduce.py", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "quick": args.quick, "machine": machine_info(), "device": device, "allreduce": rows,
+              "latency_growth": growth, "ring_verdict": verdict, "ddp_variants": ddp,
+              "wall_seconds": time.perf_counter() - t0}
+    out = args.out or results_dir() / "bench_allreduce.json"
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Weak-scaling benchmark on CPU: does 2 processes x 1 thread reach 1.7x the images/s of 1 x 1?
+(notebook 07_scaling_and_multinode)
+
+Each point launches ``mnist_helpers.workers.allreduce_bench ddp`` through the launcher: the
+article's Net under DDP, synthetic MNIST-shaped batches of 128 per process, one thread per process
+(set explicitly), warm-up first, then timed blocks interleaved with the same step under ``no_sync()``
+(no all-reduce), the slowest rank's time, median. World sizes are measured in alternating rounds
+(1, 2, 1, 2, ...) and the median per size is taken, so drift on a shared machine hits both alike.
+Prints the 2-vs-1 ratio from this one run and the fraction of the step spent communicating, and
+writes results/bench_scaling.json (machine and date inside).
+
+    python scripts/bench_scaling.py              # target: ratio >= 1.7 (gloo, 2-core CPU)
+    python scripts/bench_scaling.py --world-sizes 1,2,4 --rounds 3
+    python scripts/bench_scaling.py --quick      # a smoke test, not a measurement
+
+A probe on the shared 2-core CPU of the lab (torch 2.14.1) measured 1.80x; see the JSON for this run.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import time
+
+from mnist_helpers.paths import results_dir
+from mnist_helpers.resources import describe, machine_info
+from mnist_helpers.scaling import comm_verdict, speedup_verdict, weak_scaling
+
+TARGET = 1.7
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--world-sizes", default="1,2", help="processes per point, comma-separated (must include 1 and 2)")
+    ap.add_argument("--batch-size", type=int, default=128, help="images per process per step")
+    ap.add_argument("--model", default="net")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating rounds over the world sizes")
+    ap.add_argument("--quick", action="store_true", help="tiny: fastnet, 1 round, 1 step per block")
+    ap.add_argument("--out", default=None, help="JSON path (default results/bench_scaling.json)")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.world_sizes.split(",")]
+    if 1 not in sizes or 2 not in sizes:
+        ap.error(f"--world-sizes must include 1 and 2 (the ratio this script reports), got {sizes}")
+    model, rounds, steps, repeats = ("fastnet", 1, 1, 2) if args.quick else (args.model, args.rounds, 3, 5)
+    print(f"machine: {describe()}")
+    t0 = time.perf_counter()
+    rows = weak_scaling(sizes, args.batch_size, rounds=rounds, model=model, threads_per_proc=1,
+                        steps=steps, repeats=repeats, warmup=2)
+    print(f"{'procs':>5} {'batch/proc':>10} {'global':>7} {'img/s':>9} {'speedup':>8} {'effic.':>7} {'comm %':>7}")
+    for r in rows:
+        print(f"{r['world_size']:>5} {r['batch_size']:>10} {r['global_batch_size']:>7} {r['images_per_s']:>9,.0f} "
+              f"{r['speedup']:>7.2f}x {r['efficiency']:>7.2f} {100 * r['comm_fraction']:>6.1f}%")
+    two = next(r for r in rows if r["world_size"] == 2)
+    ratio = two["speedup"]
+    print(f"\n2 processes x 1 thread vs 1 x 1 (batch {args.batch_size}/process, {model}): {ratio:.2f}x "
+          f"-> target >= {TARGET}x {'MET' if ratio >= TARGET else 'NOT MET'}")
+    print(f"article '2 devices give 1.7-1.9x': {speedup_verdict(ratio)}")
+    print(f"article 'communication is negligible' (< 5% of a step): {comm_verdict(two['comm_fraction'])}")
+    result = {"script": "scripts/bench_scaling.py", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+              "quick": args.quick, "machine": machine_info(), "model": model, "rows": rows, "ratio_2_vs_1": ratio,
+              "target": TARGET, "target_met": ratio >= TARGET, "comm_fraction_2": two["comm_fraction"],
+              "wall_seconds": time.perf_counter() - t0}
+    out = args.out or results_dir() / "bench_scaling.json"
+    with open(out, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {out}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
