@@ -485,13 +485,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             graph = capture()
         _set_lr(opt, lr_at(0))
     else:
-        for X, y in warm + warm:
+        for X, y in warm + warm:  # evaluation runs the eager model, so only the training graph is compiled
             step_eager(X, y)
-        if recipe.compile:  # compile the evaluation graph too, so it does not land in the first evaluation
-            model.eval()
-            with torch.no_grad(), torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                forward(warm[0][0])
-            model.train()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     _reset(model, opt, init_state)

@@ -102,7 +102,8 @@ def test_summary_and_speedup_from_runs():
     ratios = speedrun.speedup(rows, "article", 0.99)
     assert ratios["fast"] == pytest.approx(10.0) and ratios["slow"] is None
     text = speedrun.summary_table(rows)
-    assert "article" in text and "1/1" in text and len({len(line) for line in text.splitlines()}) == 1
+    assert "article" in text and "2/2" in text and "0/1" in text
+    assert len({len(line) for line in text.splitlines()}) == 1  # fixed width
 
 
 def test_flops_and_peak():
