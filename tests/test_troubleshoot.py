@@ -26,6 +26,7 @@ CASES = {
     "out_of_memory": (lambda: ts.out_of_memory(batch_size=512, budget_mib=150), r"can't allocate memory|out of memory"),
     "spawn_main": (lambda: ts.spawn_main(nprocs=1), r"Can't get attribute 'train' on <module '__main__'"),
     "local_rank_argparse": (lambda: ts.local_rank_argparse(), r"unrecognized arguments: --local-rank=0"),
+    "loss_accumulation": (lambda: ts.loss_accumulation(num_steps=4), r"^$"),  # silent: memory grows, nothing raises
     "download_race": (lambda: ts.download_race(), r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)"),
 }
 
@@ -77,6 +78,12 @@ def test_records_carry_what_the_notebook_prints(records):
     assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
     assert records["download_race"].details["naive"]["reader_saw"]["truncated"] > 0
     assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
+
+
+def test_oom_checklist_measures_each_item():
+    rows = {r["check"]: r for r in ts.oom_checklist(model="net", batch_size=32)}
+    assert len(rows) == 6 and rows["losses kept as tensors"]["nodes"] > 0
+    assert rows["halve the batch"]["ratio"] < 1 and rows["gradient accumulation"]["ratio"] < 1
 
 
 def test_cuda_fork_is_explained_without_a_gpu():
