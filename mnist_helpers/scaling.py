@@ -35,16 +35,20 @@ def measure_step(nproc: int, batch_size: int, *, model: str = "net", threads_per
     return {k: v for k, v in res["rows"][0].items() if not k.endswith("_all")}
 
 
-def _sweep(world_sizes, batch_for, rounds: int, kind: str, **kw) -> list[dict]:
+def _sweep(world_sizes, batch_for, rounds: int, kind: str, reuse=(), **kw) -> list[dict]:
     world_sizes = [int(n) for n in world_sizes]
     if not world_sizes or min(world_sizes) < 1:
         raise ValueError(f"world_sizes must be positive integers, got {world_sizes!r}")
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     runs = {n: [] for n in world_sizes}
+    for r in reuse:  # points another sweep measured with the same processes and batch (e.g. N=1)
+        if r["world_size"] in runs and r["batch_size"] == batch_for(r["world_size"]):
+            runs[r["world_size"]] = [{**r, "images_per_s": v} for v in r["images_per_s_runs"]]
     for _ in range(rounds):  # rounds interleave the sizes: drift on a shared machine hits all alike
         for n in world_sizes:
-            runs[n].append(measure_step(n, batch_for(n), **kw))
+            if not any(r["world_size"] == n and r["batch_size"] == batch_for(n) for r in reuse):
+                runs[n].append(measure_step(n, batch_for(n), **kw))
     base_n = min(world_sizes)
     rows = []
     for n in world_sizes:
@@ -65,7 +69,8 @@ def _sweep(world_sizes, batch_for, rounds: int, kind: str, **kw) -> list[dict]:
 
 def weak_scaling(world_sizes=(1, 2), batch_size: int = 128, *, rounds: int = 1, **kw) -> list[dict]:
     """Same batch per process at every world size. ``speedup`` is images/s relative to the smallest
-    world size, ``efficiency`` = speedup / (N / N_min) (1.0 = perfect)."""
+    world size, ``efficiency`` = speedup / (N / N_min) (1.0 = perfect). ``reuse=rows`` takes the points
+    of an earlier sweep with the same world size and batch per process instead of measuring them again."""
     return _sweep(world_sizes, lambda n: batch_size, rounds, "weak", **kw)
 
 

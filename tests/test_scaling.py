@@ -46,8 +46,12 @@ def test_sweep_arithmetic(monkeypatch):
     weak = scaling.weak_scaling([1, 2], batch_size=128, rounds=2)
     assert [r["global_batch_size"] for r in weak] == [128, 256]
     assert weak[1]["speedup"] == pytest.approx(1.8) and weak[1]["efficiency"] == pytest.approx(0.9)
-    strong = scaling.strong_scaling([1, 2], global_batch_size=128)
+    calls = []
+    monkeypatch.setattr(scaling, "measure_step", lambda n, b, **kw: calls.append((n, b)) or fake(n, b))
+    strong = scaling.strong_scaling([1, 2], global_batch_size=128, reuse=weak)
     assert [r["batch_size"] for r in strong] == [128, 64]
+    assert calls == [(2, 64)]  # 1 x 128 came from the weak sweep
+    assert strong[0]["images_per_s"] == weak[0]["images_per_s"]
     assert scaling.speedup_verdict(1.8) == "holds" and scaling.speedup_verdict(1.2).startswith("does not hold")
     assert scaling.comm_verdict(0.01) == "holds" and scaling.comm_verdict(0.2).startswith("does not hold")
 
