@@ -106,8 +106,14 @@ def evaluate_exact(model: nn.Module, X: torch.Tensor, y: torch.Tensor, ctx: Dist
     """Test accuracy over every image exactly once across ranks: ``{"loss", "acc", "correct", "count"}``."""
     from .train import evaluate
 
+    module = getattr(model, "module", model)
+    if dist.is_initialized():
+        # BatchNorm running statistics are buffers that each rank updated with its own last batch;
+        # score every shard with rank 0's, so the result equals one process evaluating rank 0's model.
+        for buf in module.buffers():
+            dist.broadcast(buf, src=0)
     part = shard(len(X), ctx.rank, ctx.world_size)
-    local = evaluate(getattr(model, "module", model), X[part], y[part], batch_size, amp)
+    local = evaluate(module, X[part], y[part], batch_size, amp)
     loss_sum, correct, count = all_reduce_sum([local["loss_sum"], local["correct"], local["count"]], ctx.device)
     return {"loss": loss_sum / count, "acc": correct / count, "correct": int(correct), "count": int(count)}
 
