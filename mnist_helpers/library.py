@@ -81,12 +81,15 @@ RUN_COLUMNS = ["notebook", "name", "throughput", "accuracy", "config.batch_size"
                "config.amp", "config.loader", "machine"]
 
 
-def runs_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """Throughput (images/s) and accuracy of every run that logged them, across notebooks and machines."""
+def runs_table(rows: list[dict], columns: list[str] | None = None, last: int | None = None) -> str:
+    """Throughput (images/s) and accuracy of every run that logged them (or of the ``last`` N), across
+    notebooks and machines."""
     rows = comparable(rows)
     if not rows:
         return "no run in the log has a throughput yet"
-    return table(rows, columns or RUN_COLUMNS)
+    shown = rows[-last:] if last else rows
+    note = f"\n(the last {len(shown)} of {len(rows)} runs with a throughput)" if len(shown) < len(rows) else ""
+    return table(shown, columns or RUN_COLUMNS) + note
 
 
 def best_per_machine(rows: list[dict], min_accuracy: float | None = None) -> list[dict]:
@@ -247,7 +250,7 @@ def filter_rows(rows: list[dict], notebook: str = "all", machine: str = "all", t
             and (not text or text.lower() in str(r.get("name", "")).lower())]
 
 
-def dashboard(rows: list[dict], interactive: bool | None = None):
+def dashboard(rows: list[dict], interactive: bool | None = None, last: int | None = 20):
     """Filter the log by notebook, machine and name, and see the table and the plot update.
 
     Prints a static table and draws the plot first (what a saved or CI-executed notebook shows), then,
@@ -255,8 +258,8 @@ def dashboard(rows: list[dict], interactive: bool | None = None):
     """
     import matplotlib.pyplot as plt
 
-    print(runs_table(rows))
-    plot_runs(rows)
+    print(runs_table(rows, last=last))
+    plot_runs(comparable(rows)[-last:] if last else rows)
     plt.show()
     if interactive is None:
         try:
@@ -280,8 +283,8 @@ def dashboard(rows: list[dict], interactive: bool | None = None):
         out.clear_output(wait=True)
         with out:
             chosen = filter_rows(rows, nb.value, mc.value, tx.value)
-            print(runs_table(chosen))
-            plot_runs(chosen)
+            print(runs_table(chosen, last=last))
+            plot_runs(comparable(chosen)[-last:] if last else chosen)
             plt.show()
 
     for control in (nb, mc, tx):
