@@ -160,7 +160,8 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
         row = {"mode": mode, "amp": amp, "scaler": scaler, "channels_last": channels_last, "batch_size": batch_size,
                "steps": warmup + repeats * chunk, "images_per_s": statistics.median(run["speeds"])}
         if memory:
-            rep = peak_memory(lambda: steps(run, 1), device)
+            batch = next(run["data"])  # a copy taken outside the measurement: the dataset is not counted
+            rep = peak_memory(lambda: train_one_epoch(run["tr"], [batch], run["cfg"]), device)
             row.update(peak_mib=rep.mib("peak"), persistent_mib=rep.mib("persistent"),
                        transient_mib=rep.mib("transient"), memory_method=rep.method,
                        **{f"{k}_mib": v / MiB for k, v in rep.by_category.items()})
