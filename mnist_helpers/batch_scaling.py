@@ -202,10 +202,20 @@ def scaling_verdicts(rows: list[dict], base_batch: int = 128, margin: float = 0.
                 continue
             wins += lin > fixed + margin
             ev.append(f"b{b}: fixed {fixed:.1%} vs linear(best of +/-warm-up) {lin:.1%}")
+        # the same rule read downwards: halve the batch, halve the LR
+        down, ev_down = 0, []
+        for b in [b for b in sizes if b < base_batch]:
+            fixed, lin = _acc(rows, "sgd", "fixed", b, base_batch), _acc(rows, "sgd", "linear", b, base_batch)
+            if None not in (fixed, lin):
+                down += lin > fixed + margin
+                ev_down.append(f"b{b}: fixed {fixed:.1%} vs linear {lin:.1%}")
         v = ("holds here" if wins == len(ev) and ev else "partly holds here" if wins else "does not hold here")
+        if ev_down and down == len(ev_down) and wins < len(ev):
+            v += " going up; it holds going down (smaller batch, smaller LR)"
         out.append({"claim": "double the batch, double the LR (SGD)", "verdict": v,
                     "evidence": f"linear scaling beats a fixed LR at {wins}/{len(ev)} batch sizes > {base_batch}: "
-                                + "; ".join(ev)})
+                                + "; ".join(ev) + (f"; below {base_batch} at {down}/{len(ev_down)}: " + "; ".join(ev_down)
+                                                   if ev_down else "")})
     # 2. Adam is different: at the largest batch, does sqrt beat linear (and linear help less than for SGD)?
     if big and any(r["optimizer"] == "adam" for r in rows):
         b = big[-1]
@@ -239,7 +249,7 @@ def scaling_verdicts(rows: list[dict], base_batch: int = 128, margin: float = 0.
     # 4. the largest batch is fast but generalises worse
     top = sizes[-1]
     if top > base_batch and base_rows:
-        ev, fast, worse = [], 0, 0
+        ev, fast, worse, wider = [], 0, 0, 0
         for b in base_rows:
             cands = [r for r in rows if r["optimizer"] == b["optimizer"] and r["batch_size"] == top]
             if not cands:
@@ -248,11 +258,13 @@ def scaling_verdicts(rows: list[dict], base_batch: int = 128, margin: float = 0.
             speed = t["images_per_s"] / b["images_per_s"]
             fast += speed > 1.1
             worse += t["test_acc"] < b["test_acc"] - margin
+            wider += t["gap"] > b["gap"] + margin
             ev.append(f"{b['optimizer']}: batch {top} ({t['rule']}) {speed:.2f}x the images/s of batch {base_batch}, "
                       f"test {t['test_acc']:.1%} vs {b['test_acc']:.1%}, gap {t['gap']:+.1%} vs {b['gap']:+.1%}")
         n = len(ev)
         v_fast = "fast: yes" if fast == n else "fast: partly" if fast else "fast: no"
-        v_worse = "generalises worse: yes" if worse == n else "generalises worse: partly" if worse else "generalises worse: no"
+        word = lambda k: "yes" if k == n else "partly" if k else "no"  # noqa: E731
+        v_worse = f"lower test accuracy: {word(worse)}; wider train-test gap: {word(wider)}"
         out.append({"claim": f"batch {top} is fast but generalises worse", "verdict": f"{v_fast}; {v_worse}",
                     "evidence": "; ".join(ev)})
     return out

@@ -160,27 +160,32 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
                  persistent_workers: Iterable[bool] = (False,), epochs: int = 2, max_batches: int | None = None,
                  repeats: int = 1) -> list[dict]:
     """Loader-only images/s for every combination (workers-only knobs collapse when num_workers == 0).
-    ``repeats`` > 1 takes the median; the rows keep every repeat's value too."""
+    ``repeats`` > 1 measures every setting once per round, round after round (so a burst of load from other
+    jobs hits all settings alike), and reports the median; the rows keep every repeat's value too."""
     workers = _workers_list(num_workers)
     _positive_int("repeats", repeats)
-    rows, seen = [], set()
+    configs, seen = [], set()
     for w, pin, pf, pers in itertools.product(workers, pin_memory, prefetch_factor, persistent_workers):
         key = (w, pin) if w == 0 else (w, pin, pf, pers)
-        if key in seen:
-            continue
-        seen.add(key)
-        runs = []
-        for _ in range(repeats):
+        if key not in seen:
+            seen.add(key)
+            configs.append((w, pin, pf, pers))
+    runs = {c: [] for c in configs}
+    for _ in range(repeats):
+        for c in configs:
+            w, pin, pf, pers = c
             loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin, prefetch_factor=pf,
                                  persistent_workers=pers)
-            runs.append(time_loader(loader, epochs=epochs, max_batches=max_batches))
+            runs[c].append(time_loader(loader, epochs=epochs, max_batches=max_batches))
             del loader
+    rows = []
+    for (w, pin, pf, pers), rs in runs.items():
         rows.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf if w else None,
                      "persistent_workers": pers if w else False, "batch_size": batch_size,
-                     "images_per_s": statistics.median(r["images_per_s"] for r in runs),
-                     "first_epoch_images_per_s": statistics.median(r["first_epoch_images_per_s"] for r in runs),
-                     "first_batch_s": statistics.median(r["first_batch_s"] for r in runs),
-                     "repeats": [r["images_per_s"] for r in runs]})
+                     "images_per_s": statistics.median(r["images_per_s"] for r in rs),
+                     "first_epoch_images_per_s": statistics.median(r["first_epoch_images_per_s"] for r in rs),
+                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
+                     "repeats": [r["images_per_s"] for r in rs]})
     return rows
 
 
@@ -457,8 +462,8 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
     """The small last batch, measured. With ``len(X) % batch_size = r`` left over, an epoch without
     ``drop_last`` ends with an r-image batch that gets the same learning rate as the others. We measure the
     relative error of a mini-batch gradient against the full-data gradient (same fixed model) for batches of
-    ``batch_size`` and of ``r``: sampling noise grows like sqrt(batch_size / r). Also: does BatchNorm (``netbn``)
-    accept a last batch of one image in training mode?"""
+    ``batch_size`` and of ``r``: sampling noise grows like sqrt(batch_size / r). Also: do BatchNorm layers
+    (``netbn``'s 2-d ones, and a 1-d one) accept a last batch of one sample in training mode?"""
     _positive_int("batch_size", batch_size)
     _positive_int("trials", trials)
     n = len(X)
@@ -483,19 +488,24 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
 
     err_full = rel_err(batch_size)
     err_last = rel_err(r) if r else float("nan")
-    bn = build_model("netbn").train()
-    try:
-        bn(X[:1])
-        bn_one = "accepted"
-    except ValueError as e:
-        bn_one = f"ValueError: {str(e)[:70]}"
+    def one_image(module, x):
+        try:
+            module.train()(x)
+            return "accepted"
+        except ValueError as e:
+            return f"ValueError: {str(e)[:60]}"
+
+    # BatchNorm2d also averages over the 26x26 positions, so one image still gives many values per channel;
+    # BatchNorm1d after a linear layer has exactly one value per feature and refuses.
+    bn_one = one_image(build_model("netbn"), X[:1])
+    bn1d_one = one_image(torch.nn.BatchNorm1d(16), torch.randn(1, 16))
     steps_keep = math.ceil(n / batch_size)
     return {"images": n, "batch_size": batch_size, "last_batch": r, "steps_keep": steps_keep,
             "steps_drop": n // batch_size, "dropped_images": r,
             "grad_error_full_batch": err_full, "grad_error_last_batch": err_last,
             "noise_ratio": err_last / err_full if r else float("nan"),
             "expected_ratio": math.sqrt(batch_size / r) if r else float("nan"),
-            "batchnorm_with_one_image": bn_one}
+            "batchnorm_with_one_image": bn_one, "batchnorm1d_with_one_sample": bn1d_one}
 
 
 # --------------------------------------------------------------------------- verdicts

@@ -82,7 +82,12 @@ def test_verdicts_from_synthetic_rows():
     assert v["double the batch, double the LR (SGD)"] == "holds here"
     assert v["Adam is different (linear scaling is not its rule)"] == "holds here"
     assert v["batch 8 is unstable"] == "partly holds here"
-    assert v["batch 4096 is fast but generalises worse"] == "fast: yes; generalises worse: yes"
+    assert v["batch 4096 is fast but generalises worse"] == ("fast: yes; lower test accuracy: yes; "
+                                                           "wider train-test gap: no")
+    down = rows[:3] + [row("sgd", "linear", 8, 0.97), row("sgd", "linear", 4096, 0.1, 3000)]
+    v = {d["claim"]: d["verdict"] for d in bs.scaling_verdicts(down)}
+    assert v["double the batch, double the LR (SGD)"] == ("does not hold here going up; it holds going down "
+                                                          "(smaller batch, smaller LR)")
     with pytest.raises(ValueError, match="no runs"):
         bs.scaling_verdicts([])
 
