@@ -6,7 +6,7 @@
 #   bash scripts/device_check.sh OUT_DIR                 # on the GPU machine (MNIST already in data/)
 #   bash scripts/device_check.sh OUT_DIR --cpu-dry-run   # here: every section on the CPU, tiny sizes, gloo
 #
-# Writes into OUT_DIR (one JSON per section, plus manifest.json with each section's status and seconds):
+# Writes into OUT_DIR (one JSON per section, manifest.json with each section's status and seconds, logs/):
 #   machine.json         machine_info(), nvidia-smi, torch/CUDA/cuDNN/NCCL versions
 #   speedrun_chain.json  the notebook-10 ladder on the GPU, one seed per step (article ... torch.compile, CUDA graphs)
 #   time_to_accuracy.json  scripts/bench_time_to_accuracy.py: article vs fast, 10 seeds fast / 3 article
@@ -30,7 +30,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/.." && pwd)
 PY=${PYTHON:-$REPO/.venv/bin/python}
 [ -x "$PY" ] || PY=$(command -v python3)
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export MNIST_OFFLINE=1 DEVICE_CHECK_DRY=$DRY DEVICE_CHECK_OUT=$OUT
@@ -58,7 +58,7 @@ section() {
     if [ "$DRY" = 1 ]; then limit=900; fi  # a dry run tests code paths on a (possibly busy) CPU, not the budget
     t0=$(date +%s)
     echo "=== $name (limit ${limit}s, elapsed $(( t0 - START ))s)"
-    timeout --kill-after=10 "$limit" "$PY" "$DRIVER" "$name" 2>&1 | tail -n 40
+    timeout --kill-after=10 "$limit" "$PY" "$DRIVER" "$name" 2>&1 | tee "$OUT/logs/$name.log"
     rc=${PIPESTATUS[0]}
     printf '%s\t%s\t%s\n' "$name" "$rc" "$(( $(date +%s) - t0 ))" >> "$MANIFEST"
     [ "$rc" = 0 ] || echo "--- $name failed or timed out (rc $rc); continuing"
@@ -160,7 +160,8 @@ def amp():
         return
     from mnist_helpers.data import load_mnist
     X, y, Xt, yt = load_mnist(device=DEV, subset=(1024, 500) if DRY else (16384, 10000))
-    modes = ("fp32", "bf16") if DRY else ("fp32", "bf16", "fp16")
+    modes = [m for m in (("fp32", "bf16") if DRY else ("fp32", "bf16", "fp16+scaler", "bf16 channels_last"))
+             if m in getattr(amp_bench, "MODES", {m: None})]
     for bs in ((128,) if DRY else (128, 512, 2048)):
         payload[f"batch_{bs}"] = guarded(f"compare_precisions batch {bs}", lambda: amp_bench.compare_precisions(
             modes, X=X, y=y, X_test=Xt, y_test=yt, model="net", batch_size=bs, device=DEV,
