@@ -30,7 +30,8 @@ def sbatch_command(tmp_path, *worker_args, nodes=1):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     fake = bin_dir / "scontrol"  # `scontrol show hostnames LIST` prints one host per line
-    fake.write_text("#!/bin/sh\necho localhost\necho node2\n")
+    # many hosts: a `| head -n 1` in the script would die of SIGPIPE under pipefail (exit 141)
+    fake.write_text("#!/bin/sh\necho localhost\nseq -f 'node%g' 2 20000\n")
     fake.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
            "SLURM_JOB_NODELIST": "localhost,node2", "SLURM_NNODES": str(nodes), "SLURM_JOB_ID": "4242",
