@@ -1,6 +1,5 @@
 """autotune (notebook 09) on tiny budgets: every stage measured or marked skipped, a valid configuration."""
 import pytest
-import torch
 
 from mnist_helpers.autotune import (autotune, evidence_table, lr_optimizer_gain, measure_steps, stage_gains)
 from mnist_helpers.train import TrainConfig

@@ -2,7 +2,6 @@
 import json
 
 import pytest
-import torch
 
 from mnist_helpers.profiling import (LABELS, bottleneck, profile_training, time_breakdown, time_step,
                                      timer_compare)
