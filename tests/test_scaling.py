@@ -21,6 +21,7 @@ def test_ring_volume_verdict_is_computed_from_the_model():
     v = comm_bench.ring_volume_verdict((2, 64))
     assert v["per_rank_bytes_growth"] == pytest.approx((2 * 63 / 64) / 1.0)
     assert v["verdict"].startswith("does not hold")
+    assert comm_bench.ring_volume_verdict((2, 4))["verdict"].startswith("does not hold")  # 1.5x, not 2x
 
 
 def test_parse_variants_and_bad_input():
