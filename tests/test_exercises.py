@@ -1,0 +1,117 @@
+"""Exercises (issue 11): every solution passes its check, wrong answers get specific feedback, and the exercise
+cells in the notebooks and notebooks/solutions/ are exactly what mnist_helpers.exercises generates."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mnist_helpers import exercises as E
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+_spec = importlib.util.spec_from_file_location("build_exercises", REPO / "scripts" / "build_exercises.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+# one wrong answer per exercise, and a phrase its feedback must contain (specific, not just "wrong")
+WRONG = {
+    "00-1": (32, "per-process"), "00-2": (468, "full batches"), "01-1": (8, "oversubscribe"),
+    "01-2": ((8, 16), "quarter to a half"), "02-1": (12.5 / 60_000, "invert"), "02-2": (94.67, "percentage"),
+    "03-1": (4, "smallest"), "03-2": (128, "multiple of 128"), "04-1": (0.2, "square-root"),
+    "04-2": (4e-3, "linear scaling"), "05-1": (8, "second process"), "05-2": (1_199_882 * 4 / 2**20, "weights alone"),
+    "06-1": (10_000, "remainder"), "06-2": ("shuffle=True", "same order"), "07-1": (3.2, "speedup"),
+    "07-2": (75, "two"), "08-1": (80, "1024-65535"), "08-2": (None, "float"),
+    "09-1": (24, "percentage"), "09-2": (["distribution", "lr_and_optimizer", "amp_and_accumulation",
+                                          "batch_size_and_workers"], "position 1"),
+    "10-1": (300, "step"), "10-2": (1.0, "Hint"),
+}
+
+
+def test_every_notebook_has_two_or_three_exercises():
+    for path in NOTEBOOKS:
+        assert 2 <= len(E.for_notebook(path.name[:2])) <= 3, f"{path.name}: 2-3 exercises expected"
+    assert len(E.BY_ID) == len(E.EXERCISES), "exercise ids are unique"
+
+
+@pytest.mark.parametrize("ex", E.EXERCISES, ids=lambda e: e.id)
+def test_solution_passes_its_check(ex, capsys):
+    ns: dict = {}
+    exec(compile(ex.solution, f"<solution {ex.id}>", "exec"), ns)  # ends with `assert check(answer)`
+    fb = ex.check(ns["answer"])
+    assert fb.ok, fb.message
+    assert len(fb.message) > 40, "a right answer also gets an explanation, not just 'correct'"
+    assert capsys.readouterr().out.startswith("✔")
+
+
+@pytest.mark.parametrize("ex", E.EXERCISES, ids=lambda e: e.id)
+def test_wrong_answer_gets_specific_feedback(ex, capsys):
+    wrong, phrase = WRONG[ex.id]
+    fb = ex.check(wrong)
+    assert not fb.ok and not bool(fb)
+    assert phrase in fb.message, fb.message
+    assert capsys.readouterr().out.startswith("✘")
+
+
+@pytest.mark.parametrize("ex", E.EXERCISES, ids=lambda e: e.id)
+def test_untouched_starter_runs_without_checking(ex, capsys):
+    ns: dict = {}
+    exec(compile(ex.starter, f"<starter {ex.id}>", "exec"), ns)  # as nbmake runs it: no error, no verdict
+    assert ns["answer"] is ...
+    out = capsys.readouterr().out
+    assert "✔" not in out and "✘" not in out
+    assert "..." in ex.starter and ex.check_name in ex.starter and ex.check_name in ex.solution
+
+
+def test_placeholder_and_garbage_answers_explain_what_to_do():
+    assert "Replace the `...`" in E.check_global_batch_size(...).message
+    assert "pair" in E.check_num_workers_range("4-8").message
+    assert "list" in E.check_tuning_priority(5).message
+
+
+def test_answer_box_is_static_outside_a_front_end():
+    assert E.answer_box("00-1", interactive=False) is None
+    with pytest.raises(ValueError, match="unknown exercise"):
+        E.answer_box("99-9")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_exercise_cells_match_the_source(path):
+    want, have = build.expected_and_actual(path)
+    assert have == want, (f"{path.name}: exercise cells drifted from mnist_helpers/exercises.py; "
+                          "run `.venv/bin/python scripts/build_exercises.py`")
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    marked = [i for i, c in enumerate(cells) if "exercise" in c.get("metadata", {})]
+    assert marked == list(range(len(cells) - len(marked), len(cells))), "exercise cells come last, together"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_solutions_notebook_matches_the_source(path):
+    nn = path.name[:2]
+    target = NB_DIR / "solutions" / f"{nn}_solutions.ipynb"
+    assert target.exists(), f"missing {target.relative_to(REPO)}: run scripts/build_exercises.py"
+    sol = json.loads(target.read_text(encoding="utf-8"))
+    assert build._plain(sol["cells"]) == build._plain(build.solutions_notebook(nn, path.name).cells)
+    assert not any(c.get("outputs") for c in sol["cells"] if c["cell_type"] == "code"), "solutions are stripped"
+
+
+def test_build_is_idempotent(tmp_path):
+    src = NOTEBOOKS[0]
+    copy = tmp_path / src.name
+    copy.write_text(src.read_text(encoding="utf-8"), encoding="utf-8")
+    build.update(copy)
+    first = copy.read_text(encoding="utf-8")
+    assert build.update(copy) is False and copy.read_text(encoding="utf-8") == first
+    assert build.main(["--notebooks", str(tmp_path), "--check"]) == 0
+
+
+def test_solutions_notebook_runs_in_a_kernel():
+    """One solutions notebook through a real kernel (all of them run in-process above)."""
+    nbclient = pytest.importorskip("nbclient")
+    nb = build.solutions_notebook("06", "06_ddp_fundamentals.ipynb")
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3").execute()
+    outs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert outs.count("✔") == len(E.for_notebook("06")) and "✘" not in outs
