@@ -31,7 +31,6 @@ import hashlib
 import io
 import os
 import pickle
-import shutil
 import struct
 import subprocess
 import sys

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import itertools
 import math
-import os
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -170,20 +171,34 @@ def seed_everything(seed: int) -> None:
 
 
 def check_amp(amp: str, device: torch.device) -> None:
-    """Fail early, with a clear message, when this device cannot autocast to the requested dtype."""
+    """Fail early, with a clear message, when this device cannot autocast to the requested dtype.
+
+    Catches three cases: an unknown name; an exception from autocast; and the quiet one, where
+    autocast warns "Disabling autocast" (or computes in another dtype) and training would silently
+    run in fp32."""
+    if amp not in AMP_DTYPES:
+        raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {amp!r}")
     dtype = AMP_DTYPES[amp]
     if dtype is None:
         return
+    device = torch.device(device)
     if device.type == "cuda" and dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
         raise ValueError(f"amp='bf16' needs a GPU with bfloat16 support ({torch.cuda.get_device_name(device)} "
                          "has none); use amp='fp16' (with GradScaler) or amp='none'")
     try:
-        with torch.autocast(device.type, dtype=dtype):
-            conv = nn.Conv2d(1, 2, 3).to(device)
-            conv(torch.zeros(1, 1, 5, 5, device=device)).sum()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with torch.autocast(device.type, dtype=dtype):
+                conv = nn.Conv2d(1, 2, 3).to(device)
+                out = conv(torch.zeros(1, 1, 5, 5, device=device))
     except Exception as e:
         raise ValueError(f"amp={amp!r} is not supported on {device} with torch {torch.__version__} "
                          f"({type(e).__name__}: {e}); use amp='bf16' or amp='none'") from None
+    disabled = [str(w.message) for w in caught if "autocast" in str(w.message).lower()]
+    if disabled or out.dtype != dtype:
+        why = disabled[0].splitlines()[0] if disabled else f"a convolution returned {out.dtype}"
+        raise ValueError(f"amp={amp!r} does not run on {device} with torch {torch.__version__}: {why}; "
+                         "use amp='bf16' or amp='none'")
 
 
 @dataclass
@@ -273,9 +288,9 @@ def train_one_epoch(tr: Training, batches: Iterable, cfg: TrainConfig, *, max_st
         batches = tqdm(batches, leave=False, desc="train")
     _sync(device)
     t0 = time.perf_counter()
+    if max_steps is not None:
+        batches = itertools.islice(batches, max_steps)  # stop before fetching a batch we won't use
     for X, y in batches:
-        if max_steps is not None and steps >= max_steps:
-            break
         X = X.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
         if cfg.channels_last:

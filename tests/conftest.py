@@ -1,7 +1,6 @@
 """Shared fixtures: the provisioned MNIST root (make test provisions it first), small tensors."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -30,15 +30,14 @@ def test_fp16_on_a_cpu_that_raises(monkeypatch):
 
 
 def test_fp16_on_a_cpu_that_silently_disables_autocast(monkeypatch):
-    """Older CPUs/torch warn 'Disabling autocast' and run fp32: train.check_amp misses it, ours does not."""
+    """Older CPUs/torch warn 'Disabling autocast' and quietly run fp32: check_amp turns that into an error."""
     @contextlib.contextmanager
     def disabling_autocast(device_type, dtype=None, enabled=True):
         warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.")
         yield
     monkeypatch.setattr(torch, "autocast", disabling_autocast)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        check_amp("fp16", torch.device("cpu"))  # passes: the gap this module closes
+    with pytest.raises(ValueError, match="Disabling autocast"):
+        check_amp("fp16", torch.device("cpu"))
     with pytest.raises(ValueError, match="amp='fp16' does not run on cpu.*Disabling autocast.*use amp='bf16'"):
         check_amp_strict("fp16", "cpu")
 
