@@ -127,15 +127,30 @@ def test_run_all_cells_in_jupyterlab(chromium, lab):
             page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=120_000)
             page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=120_000)
             page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=120_000)
+            # the status bar says "Idle" only once the kernel's websocket is connected: clicking Run All before that
+            # can leave every cell unrun (seen once here when the first connection attempt got a 500)
+            page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=120_000)
+            time.sleep(1)
             n_code = page.locator(".jp-Notebook .jp-CodeCell").count()
             assert n_code > 0
 
-            page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-            page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+            def run_all():
+                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+                page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+            run_all()
+            for _ in range(30):  # a click that reached no kernel leaves every prompt empty: click once more
+                if any(t != "[ ]:" for t in _progress(page)["prompts"]):
+                    break
+                time.sleep(1)
+            else:
+                print("[browser] no cell started within 30 s: Run All Cells again", flush=True)
+                run_all()
 
             deadline, state = time.monotonic() + RUN_TIMEOUT_S, {}
             while time.monotonic() < deadline:
                 state = _progress(page)
+                print(f"[browser] {time.strftime('%H:%M:%S')} kernel {state['kernel']}, prompts {state['prompts']}", flush=True)
                 done = [t for t in state["prompts"] if re.fullmatch(r"\[\d+\]:", t)]
                 if len(done) == n_code and state["kernel"] == "idle":
                     break
