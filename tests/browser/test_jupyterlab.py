@@ -52,6 +52,29 @@ def _settings(folder: Path) -> None:
         json.dumps({"fetchNews": "false", "checkForUpdates": False}))
 
 
+WIDGETS_NOTEBOOK = "widgets_check.ipynb"
+WIDGET_CELLS = [
+    # the loader sweep widget of 03, on a small synthetic data set (no MNIST needed, a few batches)
+    "import torch\nfrom torch.utils.data import TensorDataset\nfrom mnist_helpers.widgets_loader import loader_widget\n\n"
+    "ds = TensorDataset(torch.randn(512, 1, 28, 28), torch.zeros(512, dtype=torch.long))\n"
+    "_ = loader_widget(ds, num_workers=0, batch_size=64, max_batches=4, max_workers=2)",
+    # the experiment dashboard of 09, on two made-up rows
+    "from mnist_helpers import library\n\n"
+    "rows = [{'notebook': '02', 'name': 'a', 'machine': 'm', 'images_per_s': 1000.0, 'final_test_acc': 0.98},\n"
+    "        {'notebook': '04', 'name': 'b', 'machine': 'm', 'images_per_s': 2000.0, 'final_test_acc': 0.97}]\n"
+    "library.dashboard(rows)",
+]
+
+
+def _widgets_notebook(path: Path) -> None:
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell(src) for src in WIDGET_CELLS])
+    nb.metadata = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}}
+    nbformat.write(nb, path)
+
+
 @pytest.fixture
 def chromium() -> str:
     if not Path(CHROMIUM).exists():
@@ -70,6 +93,7 @@ def lab(tmp_path):
     nb_dir.mkdir()
     source = Path(os.environ.get("MNIST_BROWSER_NOTEBOOKS", REPO / "notebooks"))
     shutil.copy(source / NOTEBOOK, nb_dir / NOTEBOOK)
+    _widgets_notebook(nb_dir / WIDGETS_NOTEBOOK)
     _settings(tmp_path / "settings")
     port, token = _free_port(), secrets.token_hex(16)
     env = dict(os.environ, MNIST_PROFILE="quick", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
@@ -114,6 +138,50 @@ def _progress(page) -> dict:
     }""")
 
 
+def _open_and_run_all(page, sync_api, base: str, token: str, name: str, shots: Path) -> None:
+    """Open notebook ``name``, Run > Run All Cells, and wait until every code cell ran and the kernel is idle."""
+    page.goto(f"{base}/lab/tree/{name}?token={token}", timeout=120_000)
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=120_000)
+    page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=120_000)
+    # the status bar says "Idle" only once the kernel's websocket is connected: clicking Run All before that
+    # can leave every cell unrun (seen once here when the first connection attempt got a 500)
+    page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=120_000)
+    time.sleep(1)
+    n_code = page.locator(".jp-Notebook .jp-CodeCell").count()
+    assert n_code > 0
+
+    def run_all():
+        page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+
+    run_all()
+    for _ in range(30):  # a click that reached no kernel leaves every prompt empty: click once more
+        if any(t != "[ ]:" for t in _progress(page)["prompts"]):
+            break
+        time.sleep(1)
+    else:
+        print("[browser] no cell started within 30 s: Run All Cells again", flush=True)
+        run_all()
+
+    deadline, state = time.monotonic() + RUN_TIMEOUT_S, {}
+    while time.monotonic() < deadline:
+        state = _progress(page)
+        print(f"[browser] {time.strftime('%H:%M:%S')} kernel {state['kernel']}, prompts {state['prompts']}", flush=True)
+        done = [t for t in state["prompts"] if re.fullmatch(r"\[\d+\]:", t)]
+        if len(done) == n_code and state["kernel"] == "idle":
+            break
+        time.sleep(2)
+    else:
+        page.screenshot(path=str(shots / f"jupyterlab_{Path(name).stem}_timeout.png"))
+        pytest.fail(f"not every cell ran within {RUN_TIMEOUT_S} s: prompts {state.get('prompts')}, "
+                    f"kernel {state.get('kernel')}")
+
+    errors = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+    tracebacks = [t for t in errors.all_inner_texts()
+                  if "Traceback" in t or re.search(r"^\w*(Error|Exception)\b.*:", t, re.M)]
+    assert not tracebacks, f"a cell of {name} failed in JupyterLab:\n" + "\n---\n".join(tracebacks)[:4000]
+
+
 def test_run_all_cells_in_jupyterlab(chromium, lab):
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: "
                                    "pip install -e '.[dev]' (it is in the dev extra)")
@@ -124,46 +192,7 @@ def test_run_all_cells_in_jupyterlab(chromium, lab):
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(f"{base}/lab/tree/{NOTEBOOK}?token={token}", timeout=120_000)
-            page.wait_for_selector(".jp-Notebook .jp-CodeCell", timeout=120_000)
-            page.wait_for_selector('.jp-Notebook-ExecutionIndicator[data-status="idle"]', timeout=120_000)
-            # the status bar says "Idle" only once the kernel's websocket is connected: clicking Run All before that
-            # can leave every cell unrun (seen once here when the first connection attempt got a 500)
-            page.locator(".jp-StatusBar-Widget", has_text="Idle").first.wait_for(timeout=120_000)
-            time.sleep(1)
-            n_code = page.locator(".jp-Notebook .jp-CodeCell").count()
-            assert n_code > 0
-
-            def run_all():
-                page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
-                page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
-
-            run_all()
-            for _ in range(30):  # a click that reached no kernel leaves every prompt empty: click once more
-                if any(t != "[ ]:" for t in _progress(page)["prompts"]):
-                    break
-                time.sleep(1)
-            else:
-                print("[browser] no cell started within 30 s: Run All Cells again", flush=True)
-                run_all()
-
-            deadline, state = time.monotonic() + RUN_TIMEOUT_S, {}
-            while time.monotonic() < deadline:
-                state = _progress(page)
-                print(f"[browser] {time.strftime('%H:%M:%S')} kernel {state['kernel']}, prompts {state['prompts']}", flush=True)
-                done = [t for t in state["prompts"] if re.fullmatch(r"\[\d+\]:", t)]
-                if len(done) == n_code and state["kernel"] == "idle":
-                    break
-                time.sleep(2)
-            else:
-                page.screenshot(path=str(shots / "jupyterlab_00_timeout.png"))
-                pytest.fail(f"not every cell ran within {RUN_TIMEOUT_S} s: prompts {state.get('prompts')}, "
-                            f"kernel {state.get('kernel')}")
-
-            errors = page.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
-            tracebacks = [t for t in errors.all_inner_texts()
-                          if "Traceback" in t or re.search(r"^\w*(Error|Exception)\b.*:", t, re.M)]
-            assert not tracebacks, "a cell failed in JupyterLab:\n" + "\n---\n".join(tracebacks)[:4000]
+            _open_and_run_all(page, sync_api, base, token, NOTEBOOK, shots)
 
             # the exercise's answer box: a live ipywidgets view, talking to the kernel
             widget = page.locator(".jp-OutputArea-output .jupyter-widgets.widget-text input")
@@ -180,5 +209,33 @@ def test_run_all_cells_in_jupyterlab(chromium, lab):
             feedback = page.locator(".jp-OutputArea-output .widget-output", has_text="per-process batch")
             feedback.first.wait_for(timeout=60_000)
             page.screenshot(path=str(shots / "jupyterlab_00.png"))
+        finally:
+            browser.close()
+
+
+def test_widget_helpers_render_in_jupyterlab(chromium, lab):
+    """The loader sweep (03) and the experiment dashboard (09) render as live widgets and answer the kernel."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: "
+                                   "pip install -e '.[dev]' (it is in the dev extra)")
+    base, token, _ = lab
+    shots = REPO / "results"
+    shots.mkdir(exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            _open_and_run_all(page, sync_api, base, token, WIDGETS_NOTEBOOK, shots)
+            cells = page.locator(".jp-Notebook .jp-CodeCell")
+            loader, board = cells.nth(0), cells.nth(1)
+            loader.locator(".widget-button", has_text="Measure").wait_for(timeout=60_000)
+            assert loader.locator(".widget-slider, .widget-hslider").count() >= 2, "num_workers and prefetch sliders"
+            before = loader.locator(".widget-output").inner_text()
+            loader.locator(".widget-button", has_text="Measure").click()
+            loader.locator(".widget-output", has_text="img/s").wait_for(timeout=120_000)
+            assert before.strip() == "", "the Measure button wrote the new measurement into the widget's output"
+            board.locator(".widget-dropdown select").first.wait_for(timeout=60_000)
+            board.locator(".widget-dropdown select").first.select_option("04")
+            board.locator(".widget-output", has_text="b").wait_for(timeout=60_000)
+            page.screenshot(path=str(shots / "jupyterlab_widgets.png"))
         finally:
             browser.close()
