@@ -13,7 +13,7 @@ DATA_ROOT   ?= data
 NB_TIMEOUT  ?= 900
 STAMP       := $(VENV)/.installed
 
-.PHONY: lab test unit notebooks data install clean distclean strip
+.PHONY: lab test unit notebooks data install clean distclean strip exercises
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -42,11 +42,17 @@ notebooks: data
 	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
 
 test: data
+	bash scripts/install_browser.sh
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
 	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
 
 strip: install
+	$(PY) -m mnist_helpers.nbstrip notebooks
+
+# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/exercises.py.
+exercises: install
+	$(PY) scripts/build_exercises.py
 	$(PY) -m mnist_helpers.nbstrip notebooks
 
 clean:
