@@ -268,3 +268,71 @@ def scaling_verdicts(rows: list[dict], base_batch: int = 128, margin: float = 0.
         out.append({"claim": f"batch {top} is fast but generalises worse", "verdict": f"{v_fast}; {v_worse}",
                     "evidence": "; ".join(ev)})
     return out
+
+
+EXPLORER_METRICS = {"test_acc": "test accuracy", "train_acc": "train accuracy", "gap": "train - test accuracy",
+                    "images_per_s": "training images/s", "loss_noise": "step-loss noise", "seconds": "seconds"}
+
+
+def explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> str:
+    """Fixed-width text: one line per batch size, one column per LR rule, cells = ``metric``."""
+    if optimizer not in RULES:
+        raise ValueError(f"optimizer must be one of {', '.join(RULES)}; got {optimizer!r}")
+    if metric not in EXPLORER_METRICS:
+        raise ValueError(f"metric must be one of {', '.join(EXPLORER_METRICS)}; got {metric!r}")
+    rules = RULES[optimizer]
+    curves = {rule: {r["batch_size"]: r for r in rows_for(rows, optimizer, rule, base_batch)} for rule in rules}
+    sizes = sorted({b for c in curves.values() for b in c})
+    pct = metric in ("test_acc", "train_acc", "gap")
+    lines = [f"{optimizer.upper()} | {EXPLORER_METRICS[metric]}", f"{'batch':>6} " + " ".join(f"{r:>14}" for r in rules)]
+    for b in sizes:
+        cells = []
+        for rule in rules:
+            r = curves[rule].get(b)
+            v = None if r is None else r[metric]
+            cells.append(f"{'':>14}" if v is None else f"{v:>14.2%}" if pct else f"{v:>14,.2f}")
+        lines.append(f"{b:>6} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def batch_explorer(rows: list[dict], base_batch: int = 128, *, optimizer: str = "sgd", metric: str = "test_acc",
+                   interactive: bool = True):
+    """The batch-size explorer (04): pick an optimizer and a metric, see every LR rule against batch size.
+
+    Prints the table for the starting choice first (the static output nbmake keeps); in JupyterLab
+    it adds dropdowns that redraw the table and a plot. Returns the widget, or None when static."""
+    print(explorer_table(rows, optimizer, metric, base_batch))
+    if not interactive:
+        return None
+    try:
+        import ipywidgets as w
+        import matplotlib.pyplot as plt
+        from IPython.display import display
+    except ImportError:
+        print("(ipywidgets is not installed: the table above is all this cell shows)")
+        return None
+    opt_w = w.Dropdown(options=list(RULES), value=optimizer, description="optimizer")
+    met_w = w.Dropdown(options=[(v, k) for k, v in EXPLORER_METRICS.items()], value=metric, description="metric",
+                       style={"description_width": "initial"})
+    out = w.Output()
+
+    def redraw(_=None):
+        out.clear_output(wait=True)
+        with out:
+            print(explorer_table(rows, opt_w.value, met_w.value, base_batch))
+            fig, ax = plt.subplots(figsize=(6, 3))
+            for rule, marker in zip(RULES[opt_w.value], "os^"):
+                curve = rows_for(rows, opt_w.value, rule, base_batch)
+                ax.plot([r["batch_size"] for r in curve], [r[met_w.value] for r in curve], marker + "-", label=rule)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("batch size")
+            ax.set_ylabel(EXPLORER_METRICS[met_w.value])
+            ax.axvline(base_batch, color="gray", lw=0.8)
+            ax.legend(fontsize=8)
+            plt.show()
+
+    opt_w.observe(redraw, names="value")
+    met_w.observe(redraw, names="value")
+    box = w.VBox([w.HBox([opt_w, met_w]), out])
+    display(box)
+    return box

@@ -106,3 +106,22 @@ def test_bad_sweep_arguments(tiny, kwargs, match):
 def test_batch_larger_than_data(tiny):
     with pytest.raises(ValueError, match="larger than the 128 training images"):
         bs.train_run(tiny, batch_size=512, lr=0.1)
+
+
+def test_batch_explorer_static_table_and_widget(capsys):
+    from mnist_helpers.batch_scaling import batch_explorer, explorer_table
+    rows = [{"optimizer": "sgd", "rule": rule, "batch_size": b, "lr": 0.05, "test_acc": acc, "train_acc": acc,
+             "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
+            for rule, b, acc in [("fixed", 128, 0.95), ("fixed", 512, 0.90), ("linear", 512, 0.93),
+                                 ("linear+warmup", 512, 0.94)]]
+    text = explorer_table(rows, "sgd", "test_acc")
+    lines = text.splitlines()
+    assert lines[1].split() == ["batch", "fixed", "linear", "linear+warmup"]
+    assert lines[2].split() == ["128", "95.00%", "95.00%", "95.00%"]  # the base batch is every rule's start
+    assert lines[3].split() == ["512", "90.00%", "93.00%", "94.00%"]
+    assert batch_explorer(rows, interactive=False) is None and "SGD | test accuracy" in capsys.readouterr().out
+    box = batch_explorer(rows)
+    opt, met = box.children[0].children
+    met.value = "images_per_s"  # redraws without error
+    with pytest.raises(ValueError, match="metric must be one of"):
+        explorer_table(rows, "sgd", "f1")
