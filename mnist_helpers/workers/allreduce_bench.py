@@ -27,7 +27,6 @@ import contextlib
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -216,4 +215,6 @@ def cli(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(cli())
+    from mnist_helpers.distributed import exit_now
+
+    exit_now(cli())  # past an intermittent abort at interpreter shutdown (see exit_now)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -109,11 +108,6 @@ def cli(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    code = cli()
-    # On torch 2.14.1 (CPU build with CUDA libraries) the profiler's threads sometimes abort at interpreter
-    # shutdown ("terminate called without an active exception", then SIGABRT/SIGSEGV), after every result
-    # was written and the process group destroyed: about one run in two under pytest. Leave without running
-    # the C++ static destructors, once all output is flushed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    from mnist_helpers.distributed import exit_now
+
+    exit_now(cli())  # past an intermittent profiler abort at interpreter shutdown (see exit_now)
