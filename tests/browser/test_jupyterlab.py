@@ -12,6 +12,7 @@ never used. The test skips, saying why, only where /usr/bin/chromium is missing 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -182,60 +183,57 @@ def _open_and_run_all(page, sync_api, base: str, token: str, name: str, shots: P
     assert not tracebacks, f"a cell of {name} failed in JupyterLab:\n" + "\n---\n".join(tracebacks)[:4000]
 
 
-def test_run_all_cells_in_jupyterlab(chromium, lab):
+@contextlib.contextmanager
+def _browser_page(chromium):
+    """(playwright's sync_api, a fresh page in headless Chromium, the screenshots folder); closed afterwards."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: "
                                    "pip install -e '.[dev]' (it is in the dev extra)")
-    base, token, _ = lab
     shots = REPO / "results"
     shots.mkdir(exist_ok=True)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            _open_and_run_all(page, sync_api, base, token, NOTEBOOK, shots)
-
-            # the exercise's answer box: a live ipywidgets view, talking to the kernel
-            widget = page.locator(".jp-OutputArea-output .jupyter-widgets.widget-text input")
-            try:
-                widget.first.wait_for(timeout=60_000)
-            except sync_api.TimeoutError:
-                page.screenshot(path=str(shots / "jupyterlab_00_no_widget.png"))
-                pytest.fail(f"no widget view rendered in {NOTEBOOK}: its exercise cells carry the answer box; "
-                            "run `python scripts/build_exercises.py` if the notebook was regenerated without them")
-            assert page.locator(".jp-OutputArea-output .widget-button").count() >= 1
-            widget.first.scroll_into_view_if_needed()
-            widget.first.fill("32")
-            page.locator(".jp-OutputArea-output .widget-button", has_text="Check").first.click()
-            feedback = page.locator(".jp-OutputArea-output .widget-output", has_text="per-process batch")
-            feedback.first.wait_for(timeout=60_000)
-            page.screenshot(path=str(shots / "jupyterlab_00.png"))
+            yield sync_api, browser.new_page(viewport={"width": 1400, "height": 1000}), shots
         finally:
             browser.close()
+
+
+def test_run_all_cells_in_jupyterlab(chromium, lab):
+    base, token, _ = lab
+    with _browser_page(chromium) as (sync_api, page, shots):
+        _open_and_run_all(page, sync_api, base, token, NOTEBOOK, shots)
+
+        # the exercise's answer box: a live ipywidgets view, talking to the kernel
+        widget = page.locator(".jp-OutputArea-output .jupyter-widgets.widget-text input")
+        try:
+            widget.first.wait_for(timeout=60_000)
+        except sync_api.TimeoutError:
+            page.screenshot(path=str(shots / "jupyterlab_00_no_widget.png"))
+            pytest.fail(f"no widget view rendered in {NOTEBOOK}: its exercise cells carry the answer box; "
+                        "run `python scripts/build_exercises.py` if the notebook was regenerated without them")
+        assert page.locator(".jp-OutputArea-output .widget-button").count() >= 1
+        widget.first.scroll_into_view_if_needed()
+        widget.first.fill("32")
+        page.locator(".jp-OutputArea-output .widget-button", has_text="Check").first.click()
+        feedback = page.locator(".jp-OutputArea-output .widget-output", has_text="per-process batch")
+        feedback.first.wait_for(timeout=60_000)
+        page.screenshot(path=str(shots / "jupyterlab_00.png"))
 
 
 def test_widget_helpers_render_in_jupyterlab(chromium, lab):
     """The loader sweep (03) and the experiment dashboard (09) render as live widgets and answer the kernel."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed: "
-                                   "pip install -e '.[dev]' (it is in the dev extra)")
     base, token, _ = lab
-    shots = REPO / "results"
-    shots.mkdir(exist_ok=True)
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=chromium, headless=True, args=FLAGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        try:
-            _open_and_run_all(page, sync_api, base, token, WIDGETS_NOTEBOOK, shots)
-            cells = page.locator(".jp-Notebook .jp-CodeCell")
-            loader, board = cells.nth(0), cells.nth(1)
-            loader.locator(".widget-button", has_text="Measure").wait_for(timeout=60_000)
-            assert loader.locator(".widget-slider, .widget-hslider").count() >= 2, "num_workers and prefetch sliders"
-            before = loader.locator(".widget-output").inner_text()
-            loader.locator(".widget-button", has_text="Measure").click()
-            loader.locator(".widget-output", has_text="img/s").wait_for(timeout=120_000)
-            assert before.strip() == "", "the Measure button wrote the new measurement into the widget's output"
-            board.locator(".widget-dropdown select").first.wait_for(timeout=60_000)
-            board.locator(".widget-dropdown select").first.select_option("04")
-            board.locator(".widget-output", has_text="b").wait_for(timeout=60_000)
-            page.screenshot(path=str(shots / "jupyterlab_widgets.png"))
-        finally:
-            browser.close()
+    with _browser_page(chromium) as (sync_api, page, shots):
+        _open_and_run_all(page, sync_api, base, token, WIDGETS_NOTEBOOK, shots)
+        cells = page.locator(".jp-Notebook .jp-CodeCell")
+        loader, board = cells.nth(0), cells.nth(1)
+        loader.locator(".widget-button", has_text="Measure").wait_for(timeout=60_000)
+        assert loader.locator(".widget-slider, .widget-hslider").count() >= 2, "num_workers and prefetch sliders"
+        before = loader.locator(".widget-output").inner_text()
+        loader.locator(".widget-button", has_text="Measure").click()
+        loader.locator(".widget-output", has_text="img/s").wait_for(timeout=120_000)
+        assert before.strip() == "", "the Measure button wrote the new measurement into the widget's output"
+        board.locator(".widget-dropdown select").first.wait_for(timeout=60_000)
+        board.locator(".widget-dropdown select").first.select_option("04")
+        board.locator(".widget-output", has_text="b").wait_for(timeout=60_000)
+        page.screenshot(path=str(shots / "jupyterlab_widgets.png"))
