@@ -154,6 +154,17 @@ def atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
+def write_json(path, obj, indent: int | None = 1) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (``atomic_write``), creating its folder; returns the path.
+    Every results file of the package's workers and scripts goes through here, so that a run killed mid-write
+    leaves the previous file or none, never a truncated one that the next notebook cell fails to parse."""
+    import json
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(obj, indent=indent, default=str).encode())
+    return path
+
+
 def _idx_images(a: np.ndarray) -> bytes:
     return struct.pack(">IIII", 2051, len(a), 28, 28) + a.astype(np.uint8).tobytes()
 

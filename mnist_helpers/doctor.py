@@ -185,7 +185,7 @@ def check_threads(nproc: int = 1) -> Finding:
         return Finding("threads", "info", f"OMP_NUM_THREADS unset: with {nproc} processes torchrun gives each 1 "
                        f"thread ({nproc} on {cores} usable cores); mnist_helpers.launch gives each "
                        f"{max(1, cores // nproc)}", "" if nproc >= cores else fix)
-    threads, total = int(omp), int(omp) * nproc
+    total = int(omp) * nproc
     msg = f"OMP_NUM_THREADS={omp} x {nproc} process(es) = {total} threads on {cores} usable core(s)"
     if total > cores:
         return Finding("threads", "warn", msg + ": oversubscribed, processes will slow each other down", fix)

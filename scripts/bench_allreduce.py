@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import time
 
 import torch
 
 from mnist_helpers.comm_bench import allreduce_sweep, ddp_variants, latency_growth, ring_volume_verdict
+from mnist_helpers.data import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
@@ -60,8 +60,7 @@ def main(argv=None) -> dict:
               "latency_growth": growth, "ring_verdict": verdict, "ddp_variants": ddp,
               "wall_seconds": time.perf_counter() - t0}
     out = args.out or results_dir() / "bench_allreduce.json"
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(out, result)
     print(f"wrote {out}")
     return result
 

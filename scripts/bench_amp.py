@@ -25,7 +25,7 @@ import time
 import torch
 
 from mnist_helpers.amp_bench import accumulation_memory, compare_precisions, deprecated_amp_warnings
-from mnist_helpers.data import load_mnist
+from mnist_helpers.data import load_mnist, write_json
 from mnist_helpers.memory import empty_cache_cost, run_isolated
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
@@ -77,8 +77,7 @@ def main(argv=None) -> dict:
               "fp16_small_batch": fp16_rows, "accumulation": acc_rows, "allocator": allocator,
               "deprecations": deprecated_amp_warnings(), "wall_seconds": time.perf_counter() - t0}
     out = args.out or results_dir() / "amp_bench.json"
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(out, result)
     print(f"wrote {out} in {result['wall_seconds']:.0f} s")
     return result
 

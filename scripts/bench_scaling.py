@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import time
 
+from mnist_helpers.data import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.scaling import comm_verdict, speedup_verdict, weak_scaling
@@ -61,8 +61,7 @@ def main(argv=None) -> dict:
               "target": TARGET, "target_met": ratio >= TARGET, "comm_fraction_2": two["comm_fraction"],
               "wall_seconds": time.perf_counter() - t0}
     out = args.out or results_dir() / "bench_scaling.json"
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_json(out, result)
     print(f"wrote {out}")
     return result
 

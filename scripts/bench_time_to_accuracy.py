@@ -66,7 +66,6 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = speedrun.select_device(args.device)
-    table = speedrun.recipes(device)
     try:
         base, fast = speedrun.get_recipe(args.baseline, device), speedrun.get_recipe(args.fast, device)
     except ValueError as e:

@@ -22,19 +22,16 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.data import TensorBatches, load_mnist
+from mnist_helpers.data import TensorBatches, load_mnist, write_json
 from mnist_helpers.distributed import cleanup, init_distributed
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, build_training, train_one_epoch
@@ -106,10 +103,7 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
                 print(f"[rank 0] {r['mode']:<24} | {r['allreduce_calls_per_step']:4.1f} all-reduces/step | "
                       f"{r['allreduce_mib_per_step']:6.1f} MiB/step | {1e3 * r['step_seconds']:7.1f} ms/step", flush=True)
             if out:
-                Path(out).parent.mkdir(parents=True, exist_ok=True)
-                tmp = Path(out).with_suffix(".tmp")
-                tmp.write_text(json.dumps(result, indent=1))
-                os.replace(tmp, out)
+                write_json(out, result)
         return result
     finally:
         cleanup()

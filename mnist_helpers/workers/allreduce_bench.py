@@ -24,11 +24,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -36,6 +34,7 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from mnist_helpers.data import write_json
 from mnist_helpers.distributed import cleanup, init_distributed
 from mnist_helpers.models import build_model
 
@@ -203,9 +202,7 @@ def cli(argv: list[str] | None = None) -> int:
             r["backend"] = ctx.backend or "none"
             r["device"] = str(ctx.device)
         if ctx.is_main and args.out:
-            tmp = Path(args.out).with_suffix(".tmp")
-            tmp.write_text(json.dumps({"rows": rows, "pid": os.getpid()}, indent=1))
-            os.replace(tmp, args.out)
+            write_json(args.out, {"rows": rows, "pid": os.getpid()})
         if ctx.is_main:
             print(f"[rank 0] {args.mode}: {len(rows)} rows | world_size {ctx.world_size} | backend {ctx.backend}",
                   flush=True)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import time
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+
+from mnist_helpers.data import write_json
 
 NUM_GRADS = 1000  # stands in for a model's gradients
 
@@ -72,8 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),
                    "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
         if rank == 0 and args.out:
-            with open(args.out, "w") as f:
-                json.dump(summary, f)
+            write_json(args.out, summary)
         return summary
     finally:
         dist.destroy_process_group()

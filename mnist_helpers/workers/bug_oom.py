@@ -19,7 +19,6 @@ module for what this does and does not measure). Then:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 
@@ -27,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.data import write_json
 from mnist_helpers.batch_finder import MiB, find_batch_size, limit_memory, train_step_probe
 
 
@@ -75,8 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[rank 0] batch {args.batch_size} = {summary['grad_accum']} x {search['batch_size']} (accumulated); "
           f"losses {', '.join(f'{x:.4f}' for x in losses)}", flush=True)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(summary, f)
+        write_json(args.out, summary)
     return summary
 
 

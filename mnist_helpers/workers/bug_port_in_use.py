@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 
 import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
+
+from mnist_helpers.data import write_json
 
 
 @record
@@ -54,8 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         if rank == 0:
             print(f"[rank 0] process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}", flush=True)
             if args.out:
-                with open(args.out, "w") as f:
-                    json.dump(summary, f)
+                write_json(args.out, summary)
         return summary
     finally:
         dist.destroy_process_group()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import time
@@ -35,6 +34,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from mnist_helpers.data import write_json
 from mnist_helpers.models import build_model
 
 FIXES = ("none", "use", "freeze", "find_unused")
@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
                       flush=True)
         summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
         if rank == 0 and args.out:
-            with open(args.out, "w") as f:
-                json.dump(summary, f)
+            write_json(args.out, summary)
         return summary
     finally:
         dist.destroy_process_group()

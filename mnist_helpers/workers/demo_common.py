@@ -17,14 +17,12 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
-import os
 import sys
 import time
-from pathlib import Path
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.data import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.resources import machine_info
 
@@ -57,11 +55,7 @@ def run_demos(names: list[str], args: argparse.Namespace) -> dict:
                                                        if not isinstance(v, (list, dict))), flush=True)
         result = {"world_size": ctx.world_size, "backend": ctx.backend, "demos": demos, "machine": machine_info()}
         if ctx.is_main and args.out:
-            out = Path(args.out)
-            out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(".tmp")
-            tmp.write_text(json.dumps(result, indent=1))
-            os.replace(tmp, out)
+            write_json(args.out, result)
         return result
     finally:
         cleanup()

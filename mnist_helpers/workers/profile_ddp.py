@@ -21,13 +21,12 @@ Rank 0 writes ``--out`` (JSON: world_size, backend, every rank's time breakdown,
 from __future__ import annotations
 
 import argparse
-import json
-import os
 from pathlib import Path
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.data import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.models import build_model
 from mnist_helpers.profiling import allreduce_gradients, make_batches, profile_training, time_breakdown
@@ -66,11 +65,7 @@ def main(args: argparse.Namespace) -> dict:
                 parts = " | ".join(f"{b['part']} {b['share']:.0%}" for b in r["breakdown"])
                 print(f"[rank 0] rank {r['rank']}: {r['wall_s_per_step'] * 1e3:8.1f} ms/step | {parts}", flush=True)
             if args.out:
-                out = Path(args.out)
-                out.parent.mkdir(parents=True, exist_ok=True)
-                tmp = out.with_suffix(".tmp")
-                tmp.write_text(json.dumps(result, indent=1))
-                os.replace(tmp, out)
+                write_json(args.out, result)
         return result
     finally:
         cleanup()
