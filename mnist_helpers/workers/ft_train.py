@@ -90,15 +90,8 @@ class FaultTolerantTrainer(Trainer):
 
     def _load_snapshot(self) -> None:
         snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
-        self.module.load_state_dict(snap["model"])
-        self.tr.optimizer.load_state_dict(snap["optimizer"])
-        if self.tr.scheduler and snap.get("scheduler"):
-            self.tr.scheduler.load_state_dict(snap["scheduler"])
-        if self.tr.scaler and snap.get("scaler"):
-            self.tr.scaler.load_state_dict(snap["scaler"])
-        self.epochs_run, self.steps_run = snap["epoch"], snap["steps"]
+        self._restore_state(snap)  # ddp_train's: model, optimizer, scheduler, scaler, counters, history
         self.step_in_epoch, self.partial = snap["step_in_epoch"], dict(snap["partial"])
-        self.history = json.loads(snap["history"])
         same_world = snap["world_size"] == self.ctx.world_size  # else the shards differ anyway
         _set_rng_state(snap["rng"][self.ctx.rank if same_world else 0])
         self.resumed_at_step = self.steps_run

@@ -73,9 +73,8 @@ class Trainer:
         if snapshot is not None and snapshot.exists():
             self._load_snapshot()
 
-    def _load_snapshot(self) -> None:
-        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
-        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+    def _restore_state(self, snap: dict) -> None:
+        """Model, optimizer, scheduler, scaler, counters and history from a snapshot (RNG: the caller's job)."""
         self.module.load_state_dict(snap["model"])
         self.tr.optimizer.load_state_dict(snap["optimizer"])
         if self.tr.scheduler and snap.get("scheduler"):
@@ -84,6 +83,11 @@ class Trainer:
             self.tr.scaler.load_state_dict(snap["scaler"])
         self.epochs_run, self.steps_run = snap["epoch"], snap["steps"]
         self.history = json.loads(snap["history"])
+
+    def _load_snapshot(self) -> None:
+        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
+        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])
         np.random.set_state(("MT19937", snap["rng"]["numpy"].numpy(), *snap["rng"]["numpy_rest"]))
