@@ -27,6 +27,7 @@ load changes hurts every recipe alike) and ``summarize`` turns the runs into a t
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 import statistics
 import time
@@ -524,7 +525,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
         epoch += 1
         if hasattr(batches, "set_epoch"):
             batches.set_epoch(epoch)
-        for X, y in batches:
+        it = iter(batches)
+        for X, y in it:
             if step >= total_steps:
                 break
             _set_lr(opt, lr_at(step))
@@ -544,6 +546,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
                 timer.start()
         if step >= total_steps:
             done = True
+        del it  # a DataLoader iterator left mid-epoch shuts its workers down now, not in a later forked child
+    gc.collect()
     if timer._t0 is not None:
         timer.stop()
     if not evals or evals[-1]["step"] != step:
