@@ -11,9 +11,13 @@ PY          := $(VENV)/bin/python
 TORCH_SPEC  ?= torch==2.14.1 torchvision==0.29.1
 DATA_ROOT   ?= data
 NB_TIMEOUT  ?= 900
+# whole-notebook limit (pytest-timeout; pyproject's 600 s is per unit test): quick notebooks take 1-6 min
+NB_TOTAL    ?= 1800
+# `make full NB=10`: notebook(s) matching notebooks/NB*.ipynb in the full profile, outputs kept in the file
+NB          ?= [0-9]
 STAMP       := $(VENV)/.installed
 
-.PHONY: lab test unit notebooks data install clean distclean strip exercises
+.PHONY: lab test unit notebooks full data install clean distclean strip exercises
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -39,13 +43,19 @@ unit: data
 
 notebooks: data
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
-	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+	  --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
 
 test: data
 	bash scripts/install_browser.sh
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
-	  --nbmake-timeout=$(NB_TIMEOUT) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+	  --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+
+# The full profile under nbmake, no time limits (cells of 10 run for minutes); outputs are written into the
+# notebook (--overwrite): `make strip` before committing.
+full: data
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=full $(PY) -m pytest --nbmake --nbmake-timeout=7200 \
+	  --timeout=0 --overwrite -p no:cacheprovider -ra notebooks/$(NB)*.ipynb
 
 strip: install
 	$(PY) -m mnist_helpers.nbstrip notebooks

@@ -28,7 +28,10 @@ def test_chain_is_one_change_per_step_with_levels():
     assert speedrun.skip_reason(speedrun.get_recipe("graphs"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("device"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("compile"), "cpu") is None
-    assert speedrun.fastest("cpu").compile and not speedrun.fastest("cpu").cuda_graphs
+    fast = speedrun.fastest("cpu")  # the last step that runs on a CPU, renamed
+    assert fast.name == "fast" and fast.compile and fast.amp == "bf16" and not fast.cuda_graphs
+    assert fast.replace(name="compile", change="") == speedrun.get_recipe("compile").replace(change="")
+    assert speedrun.fastest("cuda").cuda_graphs and speedrun.get_recipe("fast", "cuda").name == "fast"
 
 
 @pytest.mark.parametrize("name", ["article", "onecycle", "bf16", "fast"])
