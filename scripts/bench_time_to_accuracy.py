@@ -17,9 +17,10 @@ recipes, every run with its accuracy curve, the summary rows and the speed-up. T
 several more epochs per seed); a seed that misses 99.0% in that budget leaves the ratio undefined, and the script
 prints the lower bound instead.
 
-Runtime on the lab's 2-core Intel Xeon (AMX; idle, 2026-12-02), 5 seeds each: 1,215 s in all, of which the
-article's recipe took 177-320 s of wall time per seed (it reached 99.0% after 2.3-4.6 epochs; every 0.1-epoch
-evaluation of Net on 10,000 images costs about 3 s of wall time, not of training time) and the fast recipe 19-44 s.
+Runtime on the lab's 2-core Intel Xeon (AMX; idle, 2026-12-02), 5 seeds each: 1,215-1,341 s in three runs, of
+which the article's recipe took 162-345 s of wall time per seed (it reached 99.0% after 2.3-4.6 epochs; every
+0.1-epoch evaluation of Net on 10,000 images costs about 3 s of wall time, not of training time) and the fast
+recipe 13-44 s. Committed result: ``results/reference/time_to_accuracy_cpu_lab-xeon-2core_20261202.json``.
 The first torch.compile on a machine adds 1-2 minutes of compilation (later runs hit inductor's cache).
 GPU: not measured yet (``scripts/device_check.sh``).
 """
