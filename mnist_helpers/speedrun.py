@@ -27,7 +27,6 @@ load changes hurts every recipe alike) and ``summarize`` turns the runs into a t
 from __future__ import annotations
 
 import dataclasses
-import gc
 import math
 import statistics
 import time
@@ -551,8 +550,6 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     if timer._t0 is not None:
         timer.stop()
     _release(it)  # outside the training time
-    del it
-    gc.collect()
     if not evals or evals[-1]["step"] != step:
         timer.start()
         do_eval()

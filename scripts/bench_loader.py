@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+    from mnist_helpers.data import write_json
     from mnist_helpers.loader_bench import feed_rates
     from mnist_helpers.paths import results_dir
     from mnist_helpers.resources import describe, machine_info
@@ -53,9 +53,9 @@ def main(argv=None) -> int:
     print(f"\nbest tensor feed ({tensor['feed']}) / best DataLoader = {ratio:,.0f}x "
           f"(target >= {TARGET:.0f}x: {'met' if ok else 'NOT met'})")
     out = Path(args.out) if args.out else results_dir() / "bench_loader.json"
-    out.write_text(json.dumps({"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                               "machine": machine, "args": vars(args), "rows": rows, "ratio": ratio,
-                               "target": TARGET, "target_met": ok}, indent=1))
+    write_json(out, {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                     "machine": machine, "args": vars(args), "rows": rows, "ratio": ratio,
+                     "target": TARGET, "target_met": ok})
     print(f"wrote {out}")
     return 0
 

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,6 +35,7 @@ from pathlib import Path
 import torch
 
 from mnist_helpers import speedrun
+from mnist_helpers.data import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
@@ -114,9 +113,7 @@ def main(argv=None) -> int:
                "baseline": base.to_dict(), "fast": fast.to_dict(), "per_recipe": per_recipe,
                "summary": rows, "speedup": ratios, "elapsed_s": time.perf_counter() - t0,
                "runs": [{k: v for k, v in r.items()} for r in runs]}
-        tmp = out.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1, default=str))
-        os.replace(tmp, out)  # a partial file after every run: a long benchmark cut short still leaves data
+        write_json(out, doc)  # a partial file after every run: a long benchmark cut short still leaves data
         return rows, ratios
 
     for seed in seeds:  # interleaved: a change in machine load hits both recipes alike
