@@ -629,11 +629,8 @@ def answer_box(exercise_id: str, interactive: bool | None = None):
     if ex is None:
         raise ValueError(f"unknown exercise {exercise_id!r}; known: {', '.join(BY_ID)}")
     if interactive is None:
-        try:
-            from IPython import get_ipython
-            interactive = getattr(get_ipython(), "kernel", None) is not None
-        except ImportError:
-            interactive = False
+        from .live import ipython_kernel_active
+        interactive = ipython_kernel_active()
     if not interactive:
         return None
     try:

@@ -262,11 +262,8 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
     plot_runs(comparable(rows)[-last:] if last else rows)
     plt.show()
     if interactive is None:
-        try:
-            from IPython import get_ipython
-            interactive = get_ipython() is not None and hasattr(get_ipython(), "kernel")
-        except ImportError:
-            interactive = False
+        from .live import ipython_kernel_active
+        interactive = ipython_kernel_active()
     if not interactive:
         return None
     try:

@@ -18,7 +18,9 @@ import io
 import time
 
 
-def _ipython_active() -> bool:
+def ipython_kernel_active() -> bool:
+    """True inside a Jupyter/IPython kernel (JupyterLab, nbclient/nbmake), False in plain Python or a terminal
+    IPython. The one check behind every "display this live?" default in the package (curves, widgets)."""
     try:
         from IPython import get_ipython
     except ImportError:
@@ -41,7 +43,7 @@ class LiveCurves:
         if not isinstance(redraw_every_s, (int, float)) or redraw_every_s < 0:
             raise ValueError(f"redraw_every_s must be a number >= 0, got {redraw_every_s!r}")
         self.num_epochs, self.title, self.redraw_every_s = num_epochs, title, redraw_every_s
-        self.display = _ipython_active() if display is None else display
+        self.display = ipython_kernel_active() if display is None else display
         self.steps: list[tuple[float, float]] = []   # (epoch position, running loss), epoch position 0..num_epochs
         self.epochs: list[dict] = []
         self._last_step, self._epoch_base, self._last_draw, self._handle = 0, 0, 0.0, None
