@@ -27,7 +27,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install $(TORCH_SPEC)
 	$(PY) -m pip install -e '.[dev]'
-	$(PY) -m mnist_helpers.env_check --quiet
+	$(PY) -m mnist_helpers.tools.env_check --quiet
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -58,12 +58,12 @@ full: data
 	  --timeout=0 --overwrite -p no:cacheprovider -ra notebooks/$(NB)*.ipynb
 
 strip: install
-	$(PY) -m mnist_helpers.nbstrip notebooks
+	$(PY) -m mnist_helpers.tools.nbstrip notebooks
 
-# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/exercises.py.
+# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/lessons/exercises.py.
 exercises: install
 	$(PY) scripts/build_exercises.py
-	$(PY) -m mnist_helpers.nbstrip notebooks
+	$(PY) -m mnist_helpers.tools.nbstrip notebooks
 
 clean:
 	rm -rf .pytest_cache build *.egg-info results/*.tmp

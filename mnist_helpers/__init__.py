@@ -1,13 +1,42 @@
 """mnist-scale-lab's helper package: the single source every notebook imports and every DDP worker runs.
 
-Modules (each names the notebook that introduces it):
+The core (every notebook and worker; the notebook that introduces each module in brackets):
     paths        where data and results live (00)
-    data         offline MNIST provisioning with checksums, in-memory and DataLoader routes (00)
-    models       Net (the article's), NetBN, FastNet (00)
-    train        TrainConfig, train_one_epoch, evaluate, fit (00, 02)
-    distributed  rank/world size, backend choice, sharding, exact distributed evaluation (00, 06)
+    io           the one atomic writer: atomic_write, write_json(path, obj), atomic_save; MiB (00)
+    data         offline MNIST with checksums; in-memory batches and the DataLoader route (00)
+    models       the one model registry: Net (the article's), NetBN, FastNet, SpeedNet (00, 10)
+    train        TrainConfig (and the workers' dashed flags), select_device, train_step (the one
+                 training step), train_one_epoch, evaluate, fit (00, 02)
+    distributed  rank and world size from the environment, backend choice, exact distributed evaluation (00, 06)
     launch       torchrun from a notebook cell: live output, root causes, no orphans (00)
-    workers/     DDP worker scripts, run with torchrun or plain Python (00, 06)
+    ports        a free port, who holds one, holding one on purpose (07, 08)
+    resources    the machine a result was measured on; usable_cores; hardware and framework levels (00, 01)
+    memory       peak memory on CPU and CUDA, a fresh process for RSS, is_oom (05, 08)
+    experiments  the experiment log every notebook appends to (01)
+    display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)
+    live         live training curves in a notebook; is an IPython kernel running (02)
+    doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
+
+Lessons: one module per notebook, built on the core, never importing each other:
+    lessons/l01_resources         01  recommended settings per machine, framework and thread sweeps
+    lessons/l03_dataloader        03  DataLoader sweeps, per-worker memory, the loader widget
+    lessons/l04_batch_scaling     04  batch size x learning-rate rules, the batch explorer
+    lessons/l05_precision_memory  05  autocast and GradScaler, accumulation, leaks, the CUDA allocator
+    lessons/l06_ddp               06  the kernel-side demos: mp.spawn from a notebook, what init_process_group needs
+    lessons/l07_scaling           07  weak and strong scaling, all-reduce sweeps, the ring model
+    lessons/l08_troubleshooting   08  the article's errors reproduced and fixed, batch-size finder
+    lessons/l09_profiling         09  torch.profiler breakdowns, autotune, the experience library
+    lessons/l10_speedrun          10  recipes, time to accuracy
+    lessons/exercises             00-10  the closing exercises and their checkers
+
+Workers (run with torchrun or plain Python; each docstring has its commands):
+    workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py (00, 06, 07)
+    workers/demos/        06's demos behind one entry point: `-m mnist_helpers.workers.demos --demos ...`
+    workers/bugs/         08's reproductions, each with its --fix
+    workers/bench/        all-reduce, profiler and accumulation benchmarks (05, 07, 09)
+
+Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
+worker progression's diff rule, 06).
 """
 
 __version__ = "0.1.0"

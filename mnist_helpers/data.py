@@ -42,7 +42,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .paths import data_root
+from mnist_helpers.io import atomic_write
+from mnist_helpers.paths import data_root
 
 # The article's normalisation: mean and std of the training pixels in [0, 1].
 MEAN, STD = 0.1307, 0.3081
@@ -136,33 +137,6 @@ def provision_lock(root: Path):
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """tmp + fsync + rename: a reader never sees a half-written file, a crash never leaves one."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; data files are for every user of the machine
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path, obj, indent: int | None = 1) -> Path:
-    """Write ``obj`` as JSON to ``path`` atomically (``atomic_write``), creating its folder; returns the path.
-    Every results file of the package's workers and scripts goes through here, so that a run killed mid-write
-    leaves the previous file or none, never a truncated one that the next notebook cell fails to parse."""
-    import json
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(obj, indent=indent, default=str).encode())
-    return path
 
 
 def _idx_images(a: np.ndarray) -> bytes:

@@ -105,7 +105,7 @@ def all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
 def evaluate_exact(model: nn.Module, X: torch.Tensor, y: torch.Tensor, ctx: DistContext,
                    batch_size: int = 1024, amp: str = "none") -> dict:
     """Test accuracy over every image exactly once across ranks: ``{"loss", "acc", "correct", "count"}``."""
-    from .train import evaluate
+    from mnist_helpers.train import evaluate
 
     module = getattr(model, "module", model)
     if dist.is_initialized():

@@ -20,6 +20,9 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 
+from mnist_helpers.ports import find_port_holders, port_is_free
+from mnist_helpers.resources import usable_cores
+
 LEVELS = ("ok", "info", "warn", "error")
 DEFAULT_MASTER_PORT = 29500
 MNIST_SAMPLE_BYTES = 28 * 28 * 4 + 8  # one normalised float32 image + its int64 label
@@ -33,17 +36,7 @@ class Finding:
     fix: str = ""  # what to do (empty when nothing is needed)
 
 
-def usable_cores() -> int:
-    """Cores this process may run on (affinity / cgroup-pinned), not the machine's total."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
-
-
 def check_ports(ports: list[int] | None = None) -> list[Finding]:
-    from .troubleshoot import find_port_holders, port_is_free
-
     wanted = [DEFAULT_MASTER_PORT]
     if os.environ.get("MASTER_PORT", "").isdigit():
         wanted.append(int(os.environ["MASTER_PORT"]))
@@ -90,7 +83,7 @@ def check_loopback_group(timeout_s: float = 20) -> Finding:
     import torch
     import torch.distributed as dist
 
-    from .launch import free_port
+    from mnist_helpers.ports import free_port
 
     if not dist.is_available():
         return Finding("gloo self-test", "error", "torch.distributed is not available in this build",
@@ -195,7 +188,7 @@ def check_threads(nproc: int = 1) -> Finding:
 
 
 def check_data(root=None) -> Finding:
-    from .data import DataError, verify_mnist
+    from mnist_helpers.data import DataError, verify_mnist
 
     try:
         rdir = verify_mnist(root)

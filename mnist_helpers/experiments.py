@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
-from .paths import results_dir
+from mnist_helpers.paths import results_dir
 
 LOG_NAME = "experiments.jsonl"
 
@@ -76,7 +76,7 @@ def log_run(notebook: str, name: str, *, config: dict, metrics: dict, machine: d
         if not isinstance(d, dict):
             raise ExperimentLogError(f"{label} must be a dict, got {type(d).__name__}")
     if machine is None:
-        from .resources import machine_info
+        from mnist_helpers.resources import machine_info
         machine = machine_info()
     record = {
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -14,7 +14,7 @@ raises :class:`LaunchError` with the failing rank and its exception, stops every
 or interrupt, and returns the JSON that rank 0 wrote to ``--out``::
 
     from mnist_helpers.launch import torchrun
-    result = torchrun("mnist_helpers.workers.ddp_train", ["--num_epochs", "1"], nproc=2)
+    result = torchrun("mnist_helpers.workers.progression.ddp_train", ["--num_epochs", "1"], nproc=2)
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ import queue
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["LaunchError", "build_command", "torchrun", "free_port"]
+__all__ = ["LaunchError", "build_command", "torchrun"]
 
 # torchrun tees each worker's stdout/stderr to the console behind this prefix; ${rank} is global.
 RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
@@ -63,19 +62,12 @@ class LaunchError(RuntimeError):
         self.root_cause, self.output = root_cause, output
 
 
-def free_port() -> int:
-    """A TCP port that is free right now (the OS picks it), e.g. for a multi-node ``rdzv_endpoint``."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return s.getsockname()[1]
-
-
 def build_command(module: str, args=(), nproc: int = 1, nnodes: int = 1, *, node_rank=None,
                   rdzv_endpoint=None, rdzv_id=None, max_restarts: int = 0, local_addr=None,
                   extra_torchrun_args=()) -> list[str]:
     """The ``python -m torch.distributed.run ...`` command line (a list) for a worker.
 
-    ``module`` is a module name (``mnist_helpers.workers.ddp_train``, run with ``-m``) or a path
+    ``module`` is a module name (``mnist_helpers.workers.progression.ddp_train``, run with ``-m``) or a path
     to a ``.py`` script. One node without an endpoint uses ``--standalone``: torchrun hosts the
     rendezvous on a port the OS picks, so a busy port 29500 never breaks a run. Several nodes
     meet at ``rdzv_endpoint`` (``HOST:PORT`` on node 0, same ``rdzv_id`` on every node).

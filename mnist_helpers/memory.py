@@ -1,4 +1,4 @@
-"""Peak memory on CPU and CUDA behind one call (introduced in 05_mixed_precision_and_memory).
+"""Peak memory on CPU and CUDA behind one call (introduced in 05_mixed_precision_and_memory; 08 uses it too).
 
 ``peak_memory(fn, device)`` runs ``fn()`` once and returns a :class:`MemoryReport`:
 
@@ -17,10 +17,11 @@ transient part only; that is why they must be read separately.
 ``run_isolated("module:function", **kwargs)`` runs a package function in a fresh Python process and
 adds that process's RSS high-water mark: a cross-check on CPU that counts everything (the allocator's
 slack, libraries), and the only safe way to set ``PYTORCH_CUDA_ALLOC_CONF`` (it is read once, when
-CUDA initialises). ``leak_demo``, ``allocator_fragmentation`` and ``empty_cache_cost`` are the
-notebook's experiments on leaks and the CUDA caching allocator.
+CUDA initialises). The notebook's experiments on leaks and the CUDA caching allocator live in
+``mnist_helpers.lessons.l05_precision_memory``.
 """
 from __future__ import annotations
+
 
 import contextlib
 import importlib
@@ -37,7 +38,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-MiB = 2**20
+from mnist_helpers.io import MiB
+
 METHODS = ("auto", "cuda", "profiler")
 # How the report groups the profiler's categories (torch.profiler._memory_profiler.Category).
 _GROUPS = {"PARAMETER": "weights", "GRADIENT": "gradients", "OPTIMIZER_STATE": "optimizer_state",
@@ -212,6 +214,16 @@ def rss_peak_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for CUDA's ``OutOfMemoryError`` and the CPU allocator's "can't allocate memory"."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
+        return True
+    return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
+
+
 # --------------------------------------------------------------------------- a fresh process
 
 def run_isolated(target: str, env: dict | None = None, timeout: float = 300, **kwargs) -> dict:
@@ -244,47 +256,6 @@ def _child_main(target: str, kwargs_json: str) -> None:
                       "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}))
 
 
-# --------------------------------------------------------------------------- the notebook's experiments
-
-def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = True, batch_size: int = 64,
-              device: str = "cpu", model: str = "net", seed: int = 0) -> dict:
-    """Run ``num_steps`` batches summing the loss for logging; record memory in use after each batch.
-
-    ``accumulate="tensor"`` sums the loss *tensor* (``total += loss``): every batch's graph stays
-    reachable from ``total``. ``"item"`` sums ``loss.item()`` (a Python float): nothing is kept.
-    ``backward=True`` is a training loop: ``backward()`` frees the activations each graph saved, so
-    only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
-    ``torch.no_grad()``: then each kept graph still holds its saved activations.
-    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there.
-    """
-    import torch.nn.functional as F
-
-    from .models import build_model
-
-    if accumulate not in ("tensor", "item"):
-        raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
-    dev = torch.device(device)
-    torch.manual_seed(seed)
-    net = build_model(model).to(dev)
-    opt = torch.optim.SGD(net.parameters(), lr=0.01)
-    X = torch.randn(batch_size, 1, 28, 28, device=dev)
-    y = torch.randint(0, 10, (batch_size,), device=dev)
-    total = 0.0
-    used = []
-    for _ in range(num_steps):
-        loss = F.nll_loss(net(X), y)
-        if backward:
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-        total = total + (loss.item() if accumulate == "item" else loss)
-        del loss
-        used.append(current_bytes(dev))
-    return {"accumulate": accumulate, "backward": backward, "bytes_after_step": used,
-            "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1),
-            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(getattr(total, "detach", lambda: total)()) / num_steps}
-
-
 def graph_nodes(t) -> int:
     """How many autograd nodes are reachable from ``t`` (0 for a float or a tensor without history)."""
     root = getattr(t, "grad_fn", None)
@@ -296,71 +267,6 @@ def graph_nodes(t) -> int:
         seen.add(id(node))
         stack.extend(n for n, _ in node.next_functions)
     return len(seen)
-
-
-def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
-    """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
-    while small tensors that outlive the step pin the segments; report the caching allocator's
-    reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
-    ``run_isolated`` (the setting is read once, when CUDA initialises)."""
-    if not torch.cuda.is_available():
-        raise ValueError("allocator_fragmentation needs a CUDA device; on CPU read the reference results")
-    dev = torch.device("cuda")
-    torch.cuda.reset_peak_memory_stats(dev)
-    kept = []
-    for i in range(num_steps):
-        size = (base_mib + 9 * (i % 7) + i) * MiB  # irregular sizes, slowly growing
-        batch = torch.empty(size, dtype=torch.uint8, device=dev)
-        kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device=dev))  # outlives the step
-        batch.fill_(1)
-        del batch
-    torch.cuda.synchronize(dev)
-    stats = torch.cuda.memory_stats(dev)
-    return {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
-            "peak_allocated_mib": stats["allocated_bytes.all.peak"] / MiB,
-            "peak_reserved_mib": stats["reserved_bytes.all.peak"] / MiB,
-            "reserved_now_mib": torch.cuda.memory_reserved(dev) / MiB,
-            "allocated_now_mib": torch.cuda.memory_allocated(dev) / MiB,
-            "segments": stats.get("segment.all.current"), "gpu": torch.cuda.get_device_name(dev)}
-
-
-def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "net") -> dict:
-    """CUDA only: time training steps with and without ``torch.cuda.empty_cache()`` after each one
-    (median ms per step, interleaved blocks so both see the same machine state)."""
-    if not torch.cuda.is_available():
-        raise ValueError("empty_cache_cost needs a CUDA device; on CPU read the reference results")
-    import statistics
-
-    import torch.nn.functional as F
-
-    from .models import build_model
-
-    dev = torch.device("cuda")
-    net = build_model(model).to(dev)
-    opt = torch.optim.Adam(net.parameters())
-    X = torch.randn(batch_size, 1, 28, 28, device=dev)
-    y = torch.randint(0, 10, (batch_size,), device=dev)
-
-    def block(empty: bool, n: int) -> float:
-        torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        for _ in range(n):
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(net(X), y).backward()
-            opt.step()
-            if empty:
-                torch.cuda.empty_cache()
-        torch.cuda.synchronize(dev)
-        return (time.perf_counter() - t0) / n * 1e3
-
-    block(False, 10)  # warm-up: cuDNN autotuning, allocator pool
-    times = {False: [], True: []}
-    for _ in range(5):
-        for empty in (False, True):
-            times[empty].append(block(empty, num_steps))
-    plain, emptied = statistics.median(times[False]), statistics.median(times[True])
-    return {"ms_per_step": plain, "ms_per_step_empty_cache": emptied, "slowdown": emptied / plain,
-            "gpu": torch.cuda.get_device_name(dev)}
 
 
 if __name__ == "__main__":  # python -m mnist_helpers.memory module:function '{"kwarg": 1}'

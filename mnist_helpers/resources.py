@@ -85,6 +85,14 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def usable_cores() -> int:
+    """Cores this process may run on (affinity / cgroup-pinned), not the machine's total."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
 def cgroup_cpu_limit() -> float | None:
     """CPUs this container may use according to cgroup v2 ``cpu.max`` (None: no quota, or not Linux)."""
     try:
@@ -99,7 +107,7 @@ def cpu_info() -> dict:
     import psutil
 
     flags = cpu_flags()
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    usable = usable_cores()
     simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
     return {"cpu_model": cpu_model(), "physical_cores": psutil.cpu_count(logical=False),
             "logical_cores": os.cpu_count(), "usable_cores": usable, "cgroup_cpu_limit": cgroup_cpu_limit(),
@@ -118,7 +126,7 @@ def memory_info() -> dict:
 
 def disk_info(path: str | Path | None = None) -> dict:
     """Total and free space of the filesystem holding ``path`` (default: the data root)."""
-    from .paths import data_root
+    from mnist_helpers.paths import data_root
 
     p = Path(path) if path is not None else data_root()
     probe = p
@@ -151,7 +159,7 @@ def read_throughput(path: str | Path | None = None, *, max_bytes: int = 256 * 2*
     read comes from the disk (or the hypervisor's cache on a VM: we cannot see past it);
     ``warm``: read again at once, from RAM. Median of ``repeats`` each. Reads at most ``max_bytes``.
     """
-    from .paths import data_root
+    from mnist_helpers.paths import data_root
 
     if not isinstance(repeats, int) or repeats < 1:
         raise ValueError(f"repeats must be a positive integer, got {repeats!r}")

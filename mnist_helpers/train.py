@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .models import MODELS, build_model
+from mnist_helpers.models import MODELS, build_model
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -235,7 +235,7 @@ def build_training(cfg: TrainConfig, device: torch.device, steps_per_epoch: int)
 def make_train_batches(cfg: TrainConfig, device: torch.device, rank: int = 0, world_size: int = 1):
     """The training batches for this process: in-memory ``TensorBatches`` or a torchvision DataLoader
     (with a DistributedSampler when world_size > 1). Both have ``set_epoch`` and ``len``."""
-    from .data import TensorBatches, load_mnist, mnist_datasets
+    from mnist_helpers.data import TensorBatches, load_mnist, mnist_datasets
 
     if cfg.loader == "tensor":
         X, y, _, _ = load_mnist(cfg.data_root, device=device, subset=cfg.subset)
@@ -256,7 +256,7 @@ def make_train_batches(cfg: TrainConfig, device: torch.device, rank: int = 0, wo
 
 
 def load_test_set(cfg: TrainConfig, device: torch.device):
-    from .data import load_mnist
+    from mnist_helpers.data import load_mnist
 
     _, _, X_test, y_test = load_mnist(cfg.data_root, device=device, subset=(1, 10000))
     return X_test, y_test
@@ -269,17 +269,56 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, X: torch.Tensor, y: torch.Tensor, *,
+               amp: str = "none", scaler: torch.amp.GradScaler | None = None,
+               scheduler: torch.optim.lr_scheduler.LRScheduler | None = None, grad_accum: int = 1,
+               no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
+               label_smoothing: float = 0.0, set_to_none: bool = True) -> torch.Tensor:
+    """One optimizer step on one batch: the series' training step, used by every lesson and worker.
+
+    ``zero_grad``; forward under ``torch.autocast`` (``amp``: none, bf16, fp16); the loss (NLL of the
+    models' log-probabilities, or cross-entropy with ``label_smoothing``); ``backward`` (through ``scaler``
+    for fp16); ``optimizer.step`` and ``scheduler.step``. ``grad_accum`` splits the batch into that many
+    micro-batches whose losses are weighted so the summed gradient equals the whole batch's; ``no_sync``
+    (DDP's ``model.no_sync``) skips the all-reduce on all but the last micro-batch. Returns the batch's
+    mean loss, detached and on the device (reading it with ``float()`` is the only host sync).
+    """
+    dtype = AMP_DTYPES[amp]
+    device_type = X.device.type
+    optimizer.zero_grad(set_to_none=set_to_none)
+    n = len(X)
+    total = torch.zeros((), device=X.device)
+    chunks = list(zip(X.chunk(grad_accum), y.chunk(grad_accum)))
+    for i, (Xc, yc) in enumerate(chunks):
+        last = i == len(chunks) - 1
+        ctx = no_sync() if (no_sync is not None and not last) else contextlib.nullcontext()
+        with ctx:
+            with torch.autocast(device_type, dtype=dtype, enabled=dtype is not None):
+                out = model(Xc)
+                if label_smoothing:
+                    loss = F.cross_entropy(out.float(), yc, reduction="sum", label_smoothing=label_smoothing) / n
+                else:
+                    loss = F.nll_loss(out.float(), yc, reduction="sum") / n
+            (scaler.scale(loss) if scaler else loss).backward()
+        total += loss.detach()
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    if scheduler:
+        scheduler.step()
+    return total
+
+
 def train_one_epoch(tr: Training, batches: Iterable, cfg: TrainConfig, *, max_steps: int | None = None,
                     no_sync: Callable[[], contextlib.AbstractContextManager] | None = None,
                     on_step: Callable[[int, float], None] | None = None) -> dict:
-    """One pass over ``batches``. Returns ``{"loss", "images", "steps", "seconds", "images_per_s"}``.
-
-    Each batch is one optimizer step, split into ``cfg.grad_accum`` micro-batches whose losses are
-    weighted so the summed gradient equals the whole batch's. ``no_sync`` (DDP's ``model.no_sync``)
-    skips the all-reduce on all but the last micro-batch. ``max_steps`` stops early.
+    """One pass over ``batches``, one ``train_step`` per batch. Returns ``{"loss", "images", "steps", "seconds",
+    "images_per_s"}``. ``no_sync``: DDP's ``model.no_sync`` for gradient accumulation; ``on_step(step,
+    running_mean_loss)`` after each step (live curves, profiling); ``max_steps`` stops early.
     """
     model, opt, device = tr.model, tr.optimizer, tr.device
-    dtype = AMP_DTYPES[cfg.amp]
     model.train()
     loss_sum = torch.zeros((), device=device)  # summed on device: no host sync per step
     images = steps = 0
@@ -295,25 +334,9 @@ def train_one_epoch(tr: Training, batches: Iterable, cfg: TrainConfig, *, max_st
         y = y.to(device, non_blocking=True)
         if cfg.channels_last:
             X = X.contiguous(memory_format=torch.channels_last)
-        opt.zero_grad(set_to_none=True)
         n = len(X)
-        chunks = list(zip(X.chunk(cfg.grad_accum), y.chunk(cfg.grad_accum)))
-        for i, (Xc, yc) in enumerate(chunks):
-            last = i == len(chunks) - 1
-            ctx = no_sync() if (no_sync is not None and not last) else contextlib.nullcontext()
-            with ctx:
-                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                    out = model(Xc)
-                    loss = F.nll_loss(out.float(), yc, reduction="sum") / n
-                (tr.scaler.scale(loss) if tr.scaler else loss).backward()
-            loss_sum += loss.detach() * n
-        if tr.scaler:
-            tr.scaler.step(opt)
-            tr.scaler.update()
-        else:
-            opt.step()
-        if tr.scheduler:
-            tr.scheduler.step()
+        loss_sum += train_step(model, opt, X, y, amp=cfg.amp, scaler=tr.scaler, scheduler=tr.scheduler,
+                               grad_accum=cfg.grad_accum, no_sync=no_sync) * n
         images += n
         steps += 1
         if on_step:

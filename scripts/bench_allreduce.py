@@ -21,8 +21,8 @@ import time
 
 import torch
 
-from mnist_helpers.comm_bench import allreduce_sweep, ddp_variants, latency_growth, ring_volume_verdict
-from mnist_helpers.data import write_json
+from mnist_helpers.lessons.l07_scaling import allreduce_sweep, ddp_variants, latency_growth, ring_volume_verdict
+from mnist_helpers.io import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 

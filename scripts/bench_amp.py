@@ -24,9 +24,11 @@ import time
 
 import torch
 
-from mnist_helpers.amp_bench import accumulation_memory, compare_precisions, deprecated_amp_warnings
-from mnist_helpers.data import load_mnist, write_json
-from mnist_helpers.memory import empty_cache_cost, run_isolated
+from mnist_helpers.lessons.l05_precision_memory import accumulation_memory, compare_precisions, deprecated_amp_warnings
+from mnist_helpers.data import load_mnist
+from mnist_helpers.io import write_json
+from mnist_helpers.lessons.l05_precision_memory import empty_cache_cost
+from mnist_helpers.memory import run_isolated
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
@@ -67,8 +69,8 @@ def main(argv=None) -> dict:
     if args.allocator:
         if device.type != "cuda":
             raise SystemExit("--allocator needs a CUDA device")
-        allocator = {"default": run_isolated("mnist_helpers.memory:allocator_fragmentation")["result"],
-                     "expandable_segments": run_isolated("mnist_helpers.memory:allocator_fragmentation",
+        allocator = {"default": run_isolated("mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation")["result"],
+                     "expandable_segments": run_isolated("mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
                                                          env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})["result"],
                      "empty_cache": empty_cache_cost()}
         print(json.dumps(allocator, indent=1))

@@ -33,8 +33,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from mnist_helpers.data import write_json
-    from mnist_helpers.loader_bench import feed_rates
+    from mnist_helpers.io import write_json
+    from mnist_helpers.lessons.l03_dataloader import feed_rates
     from mnist_helpers.paths import results_dir
     from mnist_helpers.resources import describe, machine_info
 

@@ -1,7 +1,7 @@
 """Weak-scaling benchmark on CPU: does 2 processes x 1 thread reach 1.7x the images/s of 1 x 1?
 (notebook 07_scaling_and_multinode)
 
-Each point launches ``mnist_helpers.workers.allreduce_bench ddp`` through the launcher: the
+Each point launches ``mnist_helpers.workers.bench.allreduce ddp`` through the launcher: the
 article's Net under DDP, synthetic MNIST-shaped batches of 128 per process, one thread per process
 (set explicitly), warm-up first, then timed blocks interleaved with the same step under ``no_sync()``
 (no all-reduce), the slowest rank's time, median. World sizes are measured in alternating rounds
@@ -21,10 +21,10 @@ import argparse
 import datetime
 import time
 
-from mnist_helpers.data import write_json
+from mnist_helpers.io import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
-from mnist_helpers.scaling import comm_verdict, speedup_verdict, weak_scaling
+from mnist_helpers.lessons.l07_scaling import comm_verdict, speedup_verdict, weak_scaling
 
 TARGET = 1.7
 

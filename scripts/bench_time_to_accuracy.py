@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from mnist_helpers import speedrun
-from mnist_helpers.data import write_json
+from mnist_helpers.lessons import l10_speedrun as speedrun
+from mnist_helpers.io import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 

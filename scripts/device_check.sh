@@ -10,9 +10,9 @@
 #   machine.json         machine_info(), nvidia-smi, torch/CUDA/cuDNN/NCCL versions
 #   speedrun_chain.json  the notebook-10 ladder on the GPU, one seed per step (article ... torch.compile, CUDA graphs)
 #   time_to_accuracy.json  scripts/bench_time_to_accuracy.py: article vs fast, 10 seeds fast / 3 article
-#   amp.json             mnist_helpers.amp_bench.compare_precisions (fp32/bf16/fp16): speed and memory (if present)
+#   amp.json             mnist_helpers.lessons.l05_precision_memory.compare_precisions (fp32/bf16/fp16): speed and memory (if present)
 #   loader.json          DataLoader with and without pin_memory, 0/2/4/8 workers, delivered to the GPU
-#   allocator.json       mnist_helpers.memory allocator demos (fragmentation, empty_cache cost), if present,
+#   allocator.json       mnist_helpers.lessons.l05_precision_memory allocator demos (fragmentation, empty_cache cost), if present,
 #                        and the same training run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 #   nccl.json            NCCL all_reduce on one node (world size 1: one GPU), latency and bus bandwidth per size
 # Copy the JSON files into results/reference/ to make them the reference the notebooks show without a GPU.
@@ -107,7 +107,7 @@ def machine():
         p = torch.cuda.get_device_properties(0)
         versions.update(gpu=p.name, sm=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1),
                         multiprocessors=p.multi_processor_count, bf16=torch.cuda.is_bf16_supported())
-    from mnist_helpers import speedrun
+    from mnist_helpers.lessons import l10_speedrun as speedrun
     peaks = {}
     for dt in (torch.float32, torch.bfloat16) + (() if DRY else (torch.float16,)):
         peaks[str(dt)] = speedrun.measure_peak_flops(DEV, dt, n=512 if DRY else 8192)
@@ -118,7 +118,7 @@ def machine():
 
 
 def speedrun_chain():
-    from mnist_helpers import speedrun
+    from mnist_helpers.lessons import l10_speedrun as speedrun
     from mnist_helpers.models import flops_per_image
     errors, runs, skipped = [], [], {}
     kw = dict(device=DEV, subset=2048, test_subset=1000, num_epochs=0.5) if DRY else dict(device=DEV)
@@ -154,9 +154,9 @@ def time_to_accuracy():
 def amp():
     errors, payload = [], {}
     try:
-        from mnist_helpers import amp_bench
+        from mnist_helpers.lessons import l05_precision_memory as amp_bench
     except ImportError as e:
-        save("amp", {"skipped": f"mnist_helpers.amp_bench not available: {e}"})
+        save("amp", {"skipped": f"mnist_helpers.lessons.l05_precision_memory not available: {e}"})
         return
     from mnist_helpers.data import load_mnist
     X, y, Xt, yt = load_mnist(device=DEV, subset=(1024, 500) if DRY else (16384, 10000))
@@ -213,14 +213,14 @@ def loader():
 def allocator():
     errors, payload = [], {}
     try:
-        from mnist_helpers import memory
+        from mnist_helpers.lessons import l05_precision_memory as memory
     except ImportError as e:
         memory = None
         payload["skipped_memory_module"] = str(e)
     if memory is not None and not DRY:
         payload["fragmentation"] = guarded("allocator_fragmentation", memory.allocator_fragmentation, errors)
         payload["fragmentation_expandable"] = guarded("expandable_segments", lambda: memory.run_isolated(
-            "mnist_helpers.memory:allocator_fragmentation",
+            "mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
             env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=120), errors)
         payload["empty_cache_cost"] = guarded("empty_cache_cost", memory.empty_cache_cost, errors)
     # Always: allocated vs reserved around a few training steps of the article's Net.
@@ -245,7 +245,7 @@ def nccl():
     then two ranks on the one GPU through the series' launcher: NCCL refuses that ('duplicate GPU'); we record
     the message as the demonstration of 'NCCL wants one GPU per process'. Dry run: gloo on the CPU."""
     import torch.distributed as dist
-    from mnist_helpers.launch import free_port
+    from mnist_helpers.ports import free_port
     errors, payload = [], {}
     backend = "gloo" if DRY else "nccl"
 
@@ -278,11 +278,11 @@ def nccl():
     payload["world_size_1"] = guarded("all_reduce world size 1", world_one, errors)
     if not DRY:
         try:
-            from mnist_helpers import comm_bench
+            from mnist_helpers.lessons import l07_scaling as comm_bench
             payload["two_ranks_one_gpu"] = guarded("2 ranks on 1 GPU", lambda: comm_bench.allreduce_sweep(
                 [4096], world_sizes=[2], device="cuda", timeout=45), errors)
         except ImportError as e:
-            payload["two_ranks_one_gpu"] = f"mnist_helpers.comm_bench not available: {e}"
+            payload["two_ranks_one_gpu"] = f"mnist_helpers.lessons.l07_scaling not available: {e}"
     save("nccl", {**payload, "errors": errors})
 
 

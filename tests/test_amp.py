@@ -5,8 +5,8 @@ import warnings
 import pytest
 import torch
 
-from mnist_helpers import amp_bench
-from mnist_helpers.amp_bench import (accumulated_gradients, accumulation_memory, check_amp_strict, compare_precisions,
+from mnist_helpers.lessons import l05_precision_memory as amp_bench
+from mnist_helpers.lessons.l05_precision_memory import (accumulated_gradients, accumulation_memory, check_amp_strict, compare_precisions,
                                      deprecated_amp_warnings, gradient_underflow, scaler_skip_demo)
 from mnist_helpers.models import Net
 from mnist_helpers.train import TrainConfig, check_amp
@@ -100,7 +100,7 @@ def test_gradscaler_skips_overflowing_steps_and_recovers_underflow(small_mnist):
 def test_no_sync_all_reduces_once_per_step():
     from mnist_helpers.launch import torchrun
 
-    r = torchrun("mnist_helpers.workers.accum_nosync",
+    r = torchrun("mnist_helpers.workers.bench.accum_nosync",
                  ["--grad-accum", "4", "--batch-size", "64", "--subset", "1024", "--steps", "1", "--repeats", "1"],
                  nproc=2, device="cpu", timeout=180, echo=False)
     sync, nosync = r["rows"]

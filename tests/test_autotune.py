@@ -1,7 +1,7 @@
 """autotune (notebook 09) on tiny budgets: every stage measured or marked skipped, a valid configuration."""
 import pytest
 
-from mnist_helpers.autotune import (autotune, evidence_table, lr_optimizer_gain, measure_steps, stage_gains)
+from mnist_helpers.lessons.l09_profiling import (autotune, evidence_table, lr_optimizer_gain, measure_steps, stage_gains)
 from mnist_helpers.train import TrainConfig
 
 

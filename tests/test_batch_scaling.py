@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from mnist_helpers import batch_scaling as bs
+from mnist_helpers.lessons import l04_batch_scaling as bs
 from mnist_helpers.experiments import query
 
 
@@ -109,7 +109,7 @@ def test_batch_larger_than_data(tiny):
 
 
 def test_batch_explorer_static_table_and_widget(capsys):
-    from mnist_helpers.batch_scaling import batch_explorer, explorer_table
+    from mnist_helpers.lessons.l04_batch_scaling import batch_explorer, explorer_table
     rows = [{"optimizer": "sgd", "rule": rule, "batch_size": b, "lr": 0.05, "test_acc": acc, "train_acc": acc,
              "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
             for rule, b, acc in [("fixed", 128, 0.95), ("fixed", 512, 0.90), ("linear", 512, 0.93),

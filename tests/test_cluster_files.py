@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.launch import free_port
+from mnist_helpers.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
@@ -46,7 +46,7 @@ def test_sbatch_builds_the_documented_torchrun_line(tmp_path):
     line = " ".join(cmd)
     assert cmd[0] == "torchrun"
     assert f"--nnodes 2 --nproc-per-node 1 --rdzv-backend c10d --rdzv-endpoint localhost:{env['RDZV_PORT']}" in line
-    assert "--rdzv-id 4242" in line and "-m mnist_helpers.workers.ft_train" in line and line.endswith("--epochs 3")
+    assert "--rdzv-id 4242" in line and "-m mnist_helpers.workers.progression.ft_train" in line and line.endswith("--epochs 3")
 
 
 def test_sbatch_refuses_outside_slurm():
@@ -77,7 +77,7 @@ def test_trainjob_manifest():
     assert doc["spec"]["runtimeRef"]["name"] == "torch-distributed"
     trainer = doc["spec"]["trainer"]
     assert trainer["numNodes"] >= 2 and trainer["numProcPerNode"] >= 1 and trainer["image"]
-    assert trainer["command"][0] == "torchrun" and "mnist_helpers.workers.ft_train" in trainer["command"]
+    assert trainer["command"][0] == "torchrun" and "mnist_helpers.workers.progression.ft_train" in trainer["command"]
     assert any(a.startswith("--snapshot=") for a in trainer["args"])
     assert "nvidia.com/gpu" in trainer["resourcesPerNode"]["limits"]
 

@@ -1,7 +1,7 @@
 """Every claim of 06_ddp_fundamentals, asserted on CPU with gloo (2 and 3 processes).
 
 Starting torch in a process costs seconds, so each world size is one torchrun launch that runs
-several demos in the same process group (``mnist_helpers.workers.demo_common``).
+several demos in the same process group (``mnist_helpers.workers.demos``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
 
 
 def launch(nproc: int, demos: str, mnist_root, *extra) -> dict:
-    result = torchrun("mnist_helpers.workers.demo_common",
+    result = torchrun("mnist_helpers.workers.demos",
                       ["--demos", demos, "--data-root", str(mnist_root), *extra],
                       nproc=nproc, timeout=240, echo=False, device="cpu")
     assert result["world_size"] == nproc and result["backend"] == "gloo"
@@ -93,7 +93,7 @@ def test_syncbatchnorm(two):
 
 def test_mp_spawn_of_a_main_function_fails_without_a_file():
     """(The same code run from a file works: test_worker_progression runs ddp_spawn under mp.spawn.)"""
-    from mnist_helpers.workers.demo_spawn_notebook import spawn_like_a_notebook
+    from mnist_helpers.lessons.l06_ddp import spawn_like_a_notebook
 
     like_notebook = spawn_like_a_notebook()
     assert like_notebook["returncode"] != 0 and not like_notebook["finished"]
@@ -102,7 +102,7 @@ def test_mp_spawn_of_a_main_function_fails_without_a_file():
 
 
 def test_what_init_process_group_needs():
-    from mnist_helpers.workers.demo_backends import init_requirements
+    from mnist_helpers.lessons.l06_ddp import init_requirements
 
     r = init_requirements()
     steps = list(r["env_steps"].values())

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_two_process_ddp_leaves_identical_parameters(mnist_root, tmp_path):
-    res = torchrun("mnist_helpers.workers.ddp_train",
+    res = torchrun("mnist_helpers.workers.progression.ddp_train",
                    ["--model", "fastnet", "--subset", "2048", "--batch-size", "64", "--max-steps", "12"],
                    nproc=2, timeout=180, echo=False)
     assert res["world_size"] == 2 and res["backend"] == "gloo"
@@ -34,7 +34,7 @@ def test_exact_evaluation_world_size_3_counts_every_image_once(mnist_root, tmp_p
 
 def test_worker_runs_alone_without_torchrun(mnist_root, tmp_path):
     out = tmp_path / "alone.json"
-    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.workers.ddp_train", "--model", "fastnet",
+    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.workers.progression.ddp_train", "--model", "fastnet",
                            "--subset", "1024", "--max-steps", "4", "--out", str(out)],
                           capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr
@@ -45,14 +45,14 @@ def test_worker_runs_alone_without_torchrun(mnist_root, tmp_path):
 def test_snapshot_is_atomic_and_resumes(mnist_root, tmp_path):
     snap = tmp_path / "snap.pt"
     args = ["--model", "fastnet", "--subset", "1024", "--snapshot", str(snap)]
-    first = torchrun("mnist_helpers.workers.ddp_train", args + ["--epochs", "1"], nproc=2, timeout=180, echo=False)
+    first = torchrun("mnist_helpers.workers.progression.ddp_train", args + ["--epochs", "1"], nproc=2, timeout=180, echo=False)
     assert snap.exists() and not list(tmp_path.glob(".*.tmp*"))
-    second = torchrun("mnist_helpers.workers.ddp_train", args + ["--epochs", "2"], nproc=2, timeout=180, echo=False)
+    second = torchrun("mnist_helpers.workers.progression.ddp_train", args + ["--epochs", "2"], nproc=2, timeout=180, echo=False)
     assert [h["epoch"] for h in second["history"]] == [1, 2]
     assert second["history"][0] == first["history"][0]  # epoch 1 came from the snapshot, not re-run
 
 
 def test_bad_flag_is_a_clear_launch_error(mnist_root):
     with pytest.raises(LaunchError) as err:
-        torchrun("mnist_helpers.workers.ddp_train", ["--batch-size", "0"], nproc=1, timeout=120, echo=False)
+        torchrun("mnist_helpers.workers.progression.ddp_train", ["--batch-size", "0"], nproc=1, timeout=120, echo=False)
     assert "batch_size must be a positive integer, got 0" in str(err.value)

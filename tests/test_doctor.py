@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from mnist_helpers import doctor
-from mnist_helpers.troubleshoot import hold_port
+from mnist_helpers.resources import usable_cores
+from mnist_helpers.ports import hold_port
 
 
 def test_cli_reports_every_check_as_json(mnist_root):
@@ -46,9 +47,9 @@ def test_shm_need_and_check(tmp_path):
 
 
 def test_threads_oversubscription_warns(monkeypatch):
-    monkeypatch.setenv("OMP_NUM_THREADS", str(doctor.usable_cores() * 2))
+    monkeypatch.setenv("OMP_NUM_THREADS", str(usable_cores() * 2))
     assert doctor.check_threads(nproc=2).level == "warn"
-    monkeypatch.setenv("OMP_NUM_THREADS", str(doctor.usable_cores()))
+    monkeypatch.setenv("OMP_NUM_THREADS", str(usable_cores()))
     assert doctor.check_threads(nproc=1).level == "ok"
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert doctor.check_threads(nproc=1).level == "ok"  # a plain process uses every core

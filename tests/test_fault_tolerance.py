@@ -6,7 +6,7 @@ import torch
 
 from mnist_helpers.launch import build_command, torchrun
 from mnist_helpers.train import TrainConfig
-from mnist_helpers.workers import ft_train
+from mnist_helpers.workers.progression import ft_train
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -82,8 +82,8 @@ def test_kill_9_worker_restarts_and_matches_uninterrupted(tmp_path, mnist_root):
     args = ["--model", "fastnet", "--subset", "1024", "--batch-size", "64", "--epochs", "1",
             "--snapshot-every", "3", "--timeout", "60", "--test-subset", "1000"]  # 8 steps per rank
     kw = dict(nproc=2, threads_per_proc=1, device="cpu", timeout=150, echo=False)
-    ref = torchrun("mnist_helpers.workers.ft_train", args, **kw)
-    killed = torchrun("mnist_helpers.workers.ft_train", [*args, "--snapshot", tmp_path / "ft.pt", "--die-at-step", "5"],
+    ref = torchrun("mnist_helpers.workers.progression.ft_train", args, **kw)
+    killed = torchrun("mnist_helpers.workers.progression.ft_train", [*args, "--snapshot", tmp_path / "ft.pt", "--die-at-step", "5"],
                       max_restarts=2, **kw)
     assert ref["resumed_at_step"] is None
     assert killed["resumed_at_step"] == 3, killed  # the last snapshot before the kill

@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mnist_helpers.launch import (LaunchError, _check_devices, _root_cause, build_command,
-                                  free_port, torchrun)
+from mnist_helpers.launch import LaunchError, _check_devices, _root_cause, build_command, torchrun
+from mnist_helpers.ports import free_port
 
 WORKERS = Path(__file__).resolve().parent / "launch_workers"
 pytestmark = pytest.mark.timeout(120)
@@ -62,11 +62,11 @@ def assert_all_gone(pids, marker: str, timeout: float = 10):
 
 
 def test_build_command_shapes(tmp_path):
-    single = build_command("mnist_helpers.workers.ddp_train", ["--num_epochs", 1], nproc=2)
+    single = build_command("mnist_helpers.workers.progression.ddp_train", ["--num_epochs", 1], nproc=2)
     assert single[:3] == [sys.executable, "-m", "torch.distributed.run"]
     assert "--standalone" in single and "--rdzv-endpoint" not in " ".join(single)
     assert single[single.index("--nproc-per-node") + 1] == "2"
-    assert single[-4:] == ["-m", "mnist_helpers.workers.ddp_train", "--num_epochs", "1"]
+    assert single[-4:] == ["-m", "mnist_helpers.workers.progression.ddp_train", "--num_epochs", "1"]
 
     script = tmp_path / "train.py"
     multi = build_command(str(script), nproc=4, nnodes=2, node_rank=1, rdzv_endpoint="node0:29400",

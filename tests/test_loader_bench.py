@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from mnist_helpers import loader_bench as lb
+from mnist_helpers.lessons import l03_dataloader as lb
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -125,7 +125,7 @@ def test_worker_verdicts():
 
 
 def test_widget_degrades_to_static_output(tv, capsys):
-    from mnist_helpers.widgets_loader import loader_widget
+    from mnist_helpers.lessons.l03_dataloader import loader_widget
     rows = loader_widget(tv, num_workers=1, batch_size=64, max_batches=2, interactive=False)
     out = capsys.readouterr().out
     assert len(rows) == 1 and "img/s" in out

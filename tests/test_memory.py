@@ -3,8 +3,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from mnist_helpers.memory import (MiB, graph_nodes, leak_demo, memory_summary, peak_memory, run_isolated,
-                                  state_bytes)
+from mnist_helpers.lessons.l05_precision_memory import leak_demo
+from mnist_helpers.io import MiB
+from mnist_helpers.memory import graph_nodes, memory_summary, peak_memory, run_isolated, state_bytes
 from mnist_helpers.models import Net
 
 
@@ -73,11 +74,11 @@ def test_loss_tensor_accumulation_keeps_graphs():
 
 
 def test_run_isolated_measures_growth_in_a_fresh_process():
-    r = run_isolated("mnist_helpers.memory:leak_demo", num_steps=5, accumulate="tensor", backward=False, batch_size=64)
+    r = run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", num_steps=5, accumulate="tensor", backward=False, batch_size=64)
     # An evaluation loop without no_grad keeps every batch's activations (~20 MiB each at batch 64).
     assert r["result"]["growth_per_step"] > 8 * MiB
     assert r["rss_peak_bytes"] > r["rss_start_bytes"]
     with pytest.raises(ValueError, match="module:function"):
-        run_isolated("mnist_helpers.memory.leak_demo")
+        run_isolated("mnist_helpers.lessons.l05_precision_memory.leak_demo")
     with pytest.raises(RuntimeError, match="failed in its subprocess"):
-        run_isolated("mnist_helpers.memory:leak_demo", accumulate="float")
+        run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", accumulate="float")

@@ -12,11 +12,12 @@ import uuid
 
 import pytest
 
-from mnist_helpers.launch import build_command, free_port, torchrun
+from mnist_helpers.launch import build_command, torchrun
+from mnist_helpers.ports import free_port
 from mnist_helpers.models import build_model, count_parameters
 
 pytestmark = pytest.mark.timeout(240)
-WORKER = "mnist_helpers.workers.ft_train"
+WORKER = "mnist_helpers.workers.progression.ft_train"
 ARGS = ["--model", "fastnet", "--subset", "1024", "--batch-size", "64", "--epochs", "1",
         "--test-subset", "1000", "--timeout", "60"]  # 8 steps per rank
 TOL = 0.003  # 0.3 percentage points

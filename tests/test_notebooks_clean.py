@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.nbstrip import carries_outputs
+from mnist_helpers.tools.nbstrip import carries_outputs
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 

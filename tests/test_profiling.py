@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from mnist_helpers.profiling import (LABELS, bottleneck, profile_training, time_breakdown, time_step,
+from mnist_helpers.lessons.l09_profiling import (LABELS, bottleneck, profile_training, time_breakdown, time_step,
                                      timer_compare)
 
 
@@ -65,7 +65,7 @@ def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
     from mnist_helpers.launch import torchrun
 
     trace = tmp_path / "rank0.json"
-    res = torchrun("mnist_helpers.workers.profile_ddp",
+    res = torchrun("mnist_helpers.workers.bench.profile_ddp",
                    ["--model", "fastnet", "--batch-size", "8", "--subset", "64", "--active", "2", "--trace", trace],
                    nproc=2, timeout=120, echo=False)
     assert res["world_size"] == 2 and res["mode"] == "explicit all-reduce"

@@ -1,8 +1,9 @@
 """Scaling sweeps, the AllReduce micro-benchmark and DDP communication settings (notebook 07)."""
 import pytest
 
-from mnist_helpers import comm_bench, scaling
-from mnist_helpers.workers.allreduce_bench import parse_variants
+from mnist_helpers.lessons import l07_scaling as scaling
+from mnist_helpers.lessons import l07_scaling as comm_bench
+from mnist_helpers.workers.bench.allreduce import parse_variants
 
 pytestmark = pytest.mark.timeout(180)
 

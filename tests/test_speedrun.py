@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers import speedrun
+from mnist_helpers.lessons import l10_speedrun as speedrun
 from mnist_helpers.models import flops_per_image
 
 REPO = Path(__file__).resolve().parents[1]

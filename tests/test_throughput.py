@@ -1,7 +1,7 @@
 """The framework-settings sweep (notebook 01) on a tiny workload; no timing assertions."""
 import pytest
 
-from mnist_helpers import throughput as tp
+from mnist_helpers.lessons import l01_resources as tp
 
 
 def test_step_throughput_in_process_returns_one_value_per_block():

@@ -12,9 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from mnist_helpers import troubleshoot as ts
-from mnist_helpers.batch_finder import find_batch_size, find_batch_size_limited, is_oom
-from mnist_helpers.launch import free_port
+from mnist_helpers.lessons import l08_troubleshooting as ts
+from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batch_size_limited
+from mnist_helpers.memory import is_oom
+from mnist_helpers.ports import free_port
 
 # name -> (call, a regex the error line must match)
 CASES = {

@@ -1,7 +1,7 @@
 """The worker progression single.py -> ddp_spawn.py -> ddp_train.py (06_ddp_fundamentals).
 
 Each step must keep the previous one's code lines, except lines it marks (the rule is spelled out in
-``mnist_helpers.workers.demo_progression``), so the progression cannot rot. Then the three workers
+``mnist_helpers.tools.progression``), so the progression cannot rot. Then the three workers
 run for real: one process, two processes under mp.spawn (gloo), two under torchrun.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mnist_helpers.launch import torchrun
-from mnist_helpers.workers.demo_progression import (STEPS, WORKERS, code_lines, diff_counts, step_report,
+from mnist_helpers.tools.progression import (STEPS, WORKERS, code_lines, diff_counts, step_report,
                                                     unmarked_changes)
 
 RESULT_KEYS = {"world_size", "backend", "device", "config", "history", "final_test_acc", "param_digests",
@@ -68,18 +68,18 @@ def test_ddp_train_keeps_its_flags():
 def test_the_three_workers_train_alike(tmp_path, mnist_root):
     """single == ddp_train without torchrun (bit for bit); mp.spawn == torchrun with 2 processes (bit for bit)."""
     from mnist_helpers.train import TrainConfig
-    from mnist_helpers.workers import ddp_train, single
+    from mnist_helpers.workers.progression import ddp_train, single
 
     env_args = ARGS + ["--data-root", str(mnist_root)]
     cfg = TrainConfig.from_args(env_args)
     # in this process: no torchrun, so ddp_train is a world of one without a process group
     runs = {"single": single.main(cfg), "ddp_train": ddp_train.main(cfg)}
     out = tmp_path / "spawn.json"
-    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.workers.ddp_spawn", *env_args, "--nproc", "2",
+    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.workers.progression.ddp_spawn", *env_args, "--nproc", "2",
                            "--out", str(out)], timeout=120, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs["spawn"] = json.loads(out.read_text())
-    runs["torchrun"] = torchrun("mnist_helpers.workers.ddp_train", env_args, nproc=2, timeout=120, echo=False,
+    runs["torchrun"] = torchrun("mnist_helpers.workers.progression.ddp_train", env_args, nproc=2, timeout=120, echo=False,
                                 device="cpu")
     for name, run in runs.items():
         assert set(run) == RESULT_KEYS, name

@@ -1,0 +1,658 @@
+"""Exercises for the end of every notebook, with checks that give immediate, specific feedback (issue 11).
+
+Every exercise is defined once, here: its prompt (markdown), the learner's starter cell (``...`` placeholders; the
+check only runs once an answer is filled in, so an untouched notebook still runs top to bottom), and the solution
+cell. ``scripts/build_exercises.py`` writes the starter cells into ``notebooks/NN_*.ipynb`` (cells marked with the
+metadata key ``exercise``) and the solutions into ``notebooks/solutions/NN_solutions.ipynb`` from this one source,
+and ``tests/test_exercises.py`` runs every solution through its check.
+
+    from mnist_helpers.lessons.exercises import check_global_batch_size
+    check_global_batch_size(4 * 32)      # prints what is right or wrong and why, returns a Feedback
+
+A ``check_...`` function never raises on a wrong answer (a learner should read a hint, not a traceback): it
+prints the feedback and returns a ``Feedback`` that is truthy only when the answer is right. ``answer_box(id)``
+shows a text box and a Check button in JupyterLab (ipywidgets) and only the prompt's one-line question elsewhere.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Feedback:
+    ok: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __repr__(self) -> str:  # what a cell shows if the learner leaves the call as the last line
+        return ("✔ " if self.ok else "✘ ") + self.message
+
+
+def _say(ok: bool, message: str) -> Feedback:
+    fb = Feedback(ok, message)
+    print(repr(fb))
+    return fb
+
+
+def _number(answer, what: str) -> float | None:
+    if answer is ... or answer is None:
+        return None
+    if isinstance(answer, bool):
+        return None
+    try:
+        import torch
+        if isinstance(answer, torch.Tensor):
+            answer = answer.item()
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        return float(answer)
+    except (TypeError, ValueError):
+        return None
+
+
+def _not_a_number(answer, what: str) -> Feedback:
+    return _say(False, f"expected a number for {what}, got {answer!r} ({type(answer).__name__}). "
+                       "Replace the `...` with an expression such as `4 * 32`.")
+
+
+def _close(a: float, b: float, rel: float = 0.01) -> bool:
+    return math.isclose(a, b, rel_tol=rel, abs_tol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------- 00 set-up and data
+def check_global_batch_size(answer) -> Feedback:
+    """00-1: global batch size for 4 processes with batch_size=32 each."""
+    value, truth = _number(answer, "the global batch size"), 4 * 32
+    if value is None:
+        return _not_a_number(answer, "the global batch size")
+    if value == truth:
+        return _say(True, f"{truth:g} images per optimizer step: `batch_size` is per process and DDP averages the "
+                          "gradients of all 4 processes, so one step sees 4 x 32. LR rules (notebook 04) use this number.")
+    if value == 32:
+        return _say(False, "32 is the per-process batch (`batch_size`). Each of the 4 processes takes its own 32 "
+                           "images per step; how many does one optimizer step see in total?")
+    if value == 8:
+        return _say(False, "8 = 32 / 4 would be right if `batch_size` were the global batch split across processes, "
+                           "but in this series (and in DDP) `batch_size` is per process. Multiply instead.")
+    return _say(False, f"{value:g} is not it. Hint: global_batch_size = world_size x batch_size (x grad_accum, here 1).")
+
+
+def check_steps_per_epoch(answer) -> Feedback:
+    """00-2: optimizer steps in one epoch of 60,000 images, batch 128, drop_last=False, one process."""
+    value, truth = _number(answer, "the number of steps"), math.ceil(60_000 / 128)
+    if value is None:
+        return _not_a_number(answer, "the number of steps")
+    if value == truth:
+        return _say(True, f"{truth} steps: 468 full batches of 128 and one last batch of {60_000 - 468 * 128} "
+                          "images, because drop_last=False keeps the remainder (math.ceil).")
+    if value == 60_000 // 128:
+        return _say(False, f"{value:g} counts only the full batches (floor division). With drop_last=False the "
+                           "remaining images still form one smaller last batch: round up (math.ceil).")
+    if _close(value, 60_000 / 128):
+        return _say(False, f"{value:g} is a fraction of a step; steps are whole. Round: up or down with drop_last=False?")
+    return _say(False, f"{value:g} is not it. Hint: steps = number of batches = images / batch_size, rounded up.")
+
+
+# --------------------------------------------------------------------------------------- 01 resource inspection
+def check_threads_per_process(answer) -> Feedback:
+    """01-1: torch threads per process for 4 processes on 8 usable cores without oversubscribing."""
+    value, truth = _number(answer, "threads per process"), 8 // 4
+    if value is None:
+        return _not_a_number(answer, "threads per process")
+    if value == truth:
+        return _say(True, f"{truth} threads: 4 processes x {truth} threads = 8 busy cores and none shared. "
+                          "torchrun itself sets OMP_NUM_THREADS=1 unless you set it, which would leave 4 cores idle.")
+    if value == 8:
+        return _say(False, "8 threads in each of 4 processes is 32 threads on 8 cores: they oversubscribe and "
+                           "slow each other down. Share the cores out between the processes.")
+    if value > truth:
+        return _say(False, f"{value:g} x 4 processes = {value * 4:g} threads on 8 cores: oversubscribed. Divide the cores.")
+    return _say(False, f"{value:g} x 4 = {value * 4:g} threads leaves cores idle. Hint: usable cores // processes.")
+
+
+def check_num_workers_range(answer) -> Feedback:
+    """01-2: the article's num_workers rule (1/4 to 1/2 of the cores) for a 16-core machine, as (low, high)."""
+    truth = (16 // 4, 16 // 2)
+    try:
+        low, high = (int(x) for x in answer)
+    except (TypeError, ValueError):
+        return _say(False, f"expected a pair (low, high) such as (1, 2), got {answer!r}.")
+    if (low, high) == truth:
+        return _say(True, f"{truth}: a quarter to a half of 16 cores. It is only a starting point: notebook 03 "
+                          "measures where the loader stops getting faster on this machine.")
+    if (high, low) == truth:
+        return _say(False, "right numbers, wrong order: write (low, high).")
+    if (low, high) == (16 // 2, 16):
+        return _say(False, f"({low}, {high}) is half to all of the cores; the rule says a quarter to a half.")
+    return _say(False, f"({low}, {high}) is not it. Hint: 16 cores x 1/4 and 16 cores x 1/2.")
+
+
+# ------------------------------------------------------------------------------------- 02 single-device baseline
+def check_images_per_s(answer) -> Feedback:
+    """02-1: throughput of an epoch of 60,000 images that took 12.5 s."""
+    value, truth = _number(answer, "images/s"), 60_000 / 12.5
+    if value is None:
+        return _not_a_number(answer, "images/s")
+    if _close(value, truth):
+        return _say(True, f"{truth:,.0f} img/s = 60,000 images / 12.5 s. This is the number `epoch_line` prints, "
+                          "and the one to compare between configurations (accuracy aside).")
+    if _close(value, 12.5 / 60_000):
+        return _say(False, "that is seconds per image; invert it to get images per second.")
+    return _say(False, f"{value:,.4g} is not it. Hint: images / seconds.")
+
+
+CONFUSION = [[50, 2, 0],
+             [3, 45, 2],
+             [0, 1, 47]]  # rows: true class 0..2, columns: predicted class 0..2
+
+
+def check_accuracy_from_confusion(answer) -> Feedback:
+    """02-2: accuracy from the 3-class confusion matrix ``CONFUSION``."""
+    value = _number(answer, "the accuracy")
+    correct = sum(CONFUSION[i][i] for i in range(3))
+    total = sum(map(sum, CONFUSION))
+    truth = correct / total
+    if value is None:
+        return _not_a_number(answer, "the accuracy")
+    if _close(value, truth, 1e-3):
+        return _say(True, f"{truth:.4f}: the diagonal ({correct} correct) over all {total} images.")
+    if _close(value, truth * 100, 1e-3):
+        return _say(False, f"{value:g} is a percentage; give a fraction between 0 and 1.")
+    if _close(value, 1 - truth, 1e-3):
+        return _say(False, "that is the error rate: the off-diagonal share. Accuracy is the diagonal.")
+    return _say(False, f"{value:g} is not it. Hint: sum(CONFUSION[i][i]) / sum of every entry.")
+
+
+# -------------------------------------------------------------------------------------- 03 dataloader tuning
+LOADER_TABLE = {0: 2_100, 1: 3_900, 2: 6_100, 4: 6_300, 8: 5_200}  # num_workers -> measured loader img/s
+
+
+def check_pick_num_workers(answer) -> Feedback:
+    """03-1: the smallest num_workers within 5% of the fastest in ``LOADER_TABLE``."""
+    value = _number(answer, "num_workers")
+    best = max(LOADER_TABLE.values())
+    truth = min(n for n, r in LOADER_TABLE.items() if r >= 0.95 * best)
+    if value is None:
+        return _not_a_number(answer, "num_workers")
+    if value == truth:
+        return _say(True, f"num_workers={truth}: {LOADER_TABLE[truth]:,} img/s is within "
+                          f"{1 - LOADER_TABLE[truth] / best:.1%} of the best ({best:,}) with half the worker processes "
+                          "(each one is a process with its own memory).")
+    if value not in LOADER_TABLE:
+        return _say(False, f"{value:g} was not measured; pick one of {sorted(LOADER_TABLE)}.")
+    rate = LOADER_TABLE[int(value)]
+    if rate == best:
+        return _say(False, f"{value:g} is the fastest, but the question asks for the smallest setting within 5% of it: "
+                           "is a smaller num_workers already within 5%?")
+    if rate < 0.95 * best:
+        return _say(False, f"num_workers={value:g} gives {rate:,} img/s, {1 - rate / best:.0%} below the best. "
+                           f"Hint: keep rows with rate >= 0.95 x {best:,}, then take the smallest num_workers.")
+    return _say(False, f"{value:g} is within 5%, but is it the smallest such setting?")
+
+
+def check_last_batch_size(answer) -> Feedback:
+    """03-2: size of the last batch of 10,000 test images at batch 128, drop_last=False."""
+    value, truth = _number(answer, "the last batch size"), 10_000 % 128
+    if value is None:
+        return _not_a_number(answer, "the last batch size")
+    if value == truth:
+        return _say(True, f"{truth} images: 78 full batches take 9,984, the remaining {truth} form the last batch. "
+                          "With drop_last=True they would be skipped, which is fine for training, not for evaluation.")
+    if value == 128:
+        return _say(False, "only the full batches have 128 images; 10,000 is not a multiple of 128.")
+    if value == 0:
+        return _say(False, "0 would mean drop_last=True dropped it; here drop_last=False keeps the remainder.")
+    return _say(False, f"{value:g} is not it. Hint: 10,000 % 128.")
+
+
+# ---------------------------------------------------------------------------------- 04 batch size and LR
+def check_linear_scaled_lr(answer) -> Feedback:
+    """04-1: SGD lr 0.1 at batch 256, scaled linearly to batch 1024."""
+    value, truth = _number(answer, "the learning rate"), 0.1 * 1024 / 256
+    if value is None:
+        return _not_a_number(answer, "the learning rate")
+    if _close(value, truth):
+        return _say(True, f"lr {truth:g}: 4x the batch, 4x the LR (Goyal et al. 2017), best with a few epochs of warm-up.")
+    if _close(value, 0.1 * math.sqrt(1024 / 256)):
+        return _say(False, "that is square-root scaling (often used for Adam). The linear rule for SGD multiplies "
+                           "the LR by the batch ratio itself.")
+    if _close(value, 0.1 * 256 / 1024):
+        return _say(False, "you scaled the LR down; a bigger batch averages more gradients and takes fewer steps, "
+                           "so the linear rule scales the LR *up*.")
+    return _say(False, f"{value:g} is not it. Hint: lr_new = lr_base x batch_new / batch_base.")
+
+
+def check_sqrt_scaled_lr(answer) -> Feedback:
+    """04-2: Adam lr 1e-3 at batch 128, square-root scaled to batch 512."""
+    value, truth = _number(answer, "the learning rate"), 1e-3 * math.sqrt(512 / 128)
+    if value is None:
+        return _not_a_number(answer, "the learning rate")
+    if _close(value, truth):
+        return _say(True, f"lr {truth:g}: 4x the batch, sqrt(4) = 2x the LR. Notebook 04 measures whether that "
+                          "beats keeping Adam's LR fixed.")
+    if _close(value, 1e-3 * 512 / 128):
+        return _say(False, "that is linear scaling (4x). Square-root scaling multiplies by sqrt(batch ratio).")
+    return _say(False, f"{value:g} is not it. Hint: 1e-3 x math.sqrt(512 / 128).")
+
+
+# ------------------------------------------------------------------------- 05 mixed precision and memory
+def check_grad_accum(answer) -> Feedback:
+    """05-1: micro-batches per step for a global batch of 512 with 64 per micro-batch on 2 processes."""
+    value, truth = _number(answer, "grad_accum"), 512 // (64 * 2)
+    if value is None:
+        return _not_a_number(answer, "grad_accum")
+    if value == truth:
+        return _say(True, f"grad_accum={truth}: 2 processes x 64 images x {truth} micro-batches = 512 per optimizer "
+                          "step; wrap the first 3 backward passes in `no_sync()` to skip their all-reduce.")
+    if value == 512 // 64:
+        return _say(False, "that ignores the second process: both contribute 64 images per micro-batch.")
+    return _say(False, f"{value:g} is not it. Hint: global = world_size x batch_size x grad_accum; solve for grad_accum.")
+
+
+def check_adam_state_mib(answer) -> Feedback:
+    """05-2: persistent fp32 memory (weights, gradients, Adam's two moments) of the article's Net, in MiB."""
+    from mnist_helpers.models import Net, count_parameters
+
+    value = _number(answer, "MiB")
+    n = count_parameters(Net())
+    truth = 4 * n * 4 / 2**20
+    if value is None:
+        return _not_a_number(answer, "MiB")
+    if _close(value, truth):
+        return _say(True, f"{truth:.1f} MiB = {n:,} parameters x 4 tensors (weights, grads, exp_avg, exp_avg_sq) x "
+                          "4 bytes. AMP does not shrink it (the fp32 master weights stay); it shrinks activations.")
+    if _close(value, n * 4 / 2**20):
+        return _say(False, "that is the weights alone. Training also keeps a gradient and Adam's two moments "
+                           "per parameter.")
+    if _close(value, 3 * n * 4 / 2**20):
+        return _say(False, "that counts three copies per parameter; Adam keeps two moments besides weights and grads.")
+    if _close(value, truth * 2**20 / 1e6):
+        return _say(False, "that is megabytes (10^6); MiB is 2**20 bytes.")
+    return _say(False, f"{value:g} is not it. Hint: count_parameters(Net()) x 4 tensors x 4 bytes / 2**20.")
+
+
+# ---------------------------------------------------------------------------------------- 06 DDP fundamentals
+def check_distributed_sampler_total(answer) -> Feedback:
+    """06-1: images DistributedSampler hands out per epoch, over all ranks, for 10,000 images on 3 ranks."""
+    from torch.utils.data import DistributedSampler
+
+    value = _number(answer, "the image count")
+    truth = sum(len(DistributedSampler(range(10_000), num_replicas=3, rank=r, shuffle=False)) for r in range(3))
+    if value is None:
+        return _not_a_number(answer, "the image count")
+    if value == truth:
+        return _say(True, f"{truth:,}: each rank gets ceil(10,000 / 3) = {truth // 3:,}, so the sampler pads with "
+                          f"{truth - 10_000} repeated images. Harmless for training; evaluation must not count them "
+                          "(see `evaluate_exact`).")
+    if value == 10_000:
+        return _say(False, "10,000 would need every rank to get the same whole number of images, and 10,000 is not "
+                           "divisible by 3. What does DistributedSampler do with the remainder (drop_last=False)?")
+    if value == 3 * (10_000 // 3):
+        return _say(False, "that is what drop_last=True gives (the remainder dropped). By default the sampler pads.")
+    return _say(False, f"{value:g} is not it. Hint: 3 x math.ceil(10,000 / 3).")
+
+
+def check_set_epoch_call(answer) -> Feedback:
+    """06-2: the sampler call that makes every epoch's shuffle differ, as a line of code."""
+    text = "" if answer is ... else str(answer).replace(" ", "")
+    if "set_epoch(" in text and "sampler" in text:
+        import torch
+        from torch.utils.data import DistributedSampler
+        s = DistributedSampler(range(12), num_replicas=2, rank=0, shuffle=True, seed=0)
+        first = list(s)
+        s.set_epoch(1)
+        differ = first != list(s)
+        return _say(differ, "`sampler.set_epoch(epoch)` at the start of every epoch: the sampler seeds its shuffle "
+                            f"with seed + epoch (checked just now: epoch 0 and 1 orders differ: {differ}). Forget it "
+                            "and every epoch repeats the same order." + ("" if differ else " (torch " + torch.__version__
+                                                                           + " behaved differently!)"))
+    if "set_epoch" in text:
+        return _say(False, "right method; call it on the sampler object: `sampler.set_epoch(epoch)`.")
+    if "shuffle" in text:
+        return _say(False, "shuffle=True is already on; it still gives the same order every epoch. Which sampler "
+                           "method changes its seed from one epoch to the next?")
+    return _say(False, f"{answer!r} does not change the order. Hint: DistributedSampler has a `set_...` method "
+                       "taking the epoch number.")
+
+
+# -------------------------------------------------------------------------------- 07 scaling and multi-node
+def check_scaling_efficiency(answer) -> Feedback:
+    """07-1: weak-scaling efficiency of 4 processes at 3,200 img/s against 1 process at 1,000 img/s."""
+    value, truth = _number(answer, "the efficiency"), 3_200 / (4 * 1_000)
+    if value is None:
+        return _not_a_number(answer, "the efficiency")
+    if _close(value, truth):
+        return _say(True, f"{truth:.0%}: a 3.2x speedup out of an ideal 4x; the rest is communication and waiting.")
+    if _close(value, 3.2):
+        return _say(False, "3.2 is the speedup. Efficiency divides it by the number of processes.")
+    if _close(value, truth * 100):
+        return _say(False, "give a fraction (0.5 for 50%), not a percentage.")
+    return _say(False, f"{value:g} is not it. Hint: speedup / processes = (3,200 / 1,000) / 4.")
+
+
+def check_ring_allreduce_mb(answer) -> Feedback:
+    """07-2: MB each rank sends in a ring all-reduce of 100 MB on 4 ranks."""
+    value, truth = _number(answer, "MB"), 2 * (4 - 1) / 4 * 100
+    if value is None:
+        return _not_a_number(answer, "MB")
+    if _close(value, truth):
+        return _say(True, f"{truth:g} MB: 2(N-1)/N x 100 MB; it tends to 2x the message as N grows, so the volume "
+                          "per rank hardly grows with N (the article says it grows linearly: notebook 07 checks it).")
+    if _close(value, (4 - 1) / 4 * 100):
+        return _say(False, "that is one phase; a ring all-reduce has two (reduce-scatter, then all-gather).")
+    if _close(value, 400) or _close(value, 300):
+        return _say(False, "that grows linearly with N; in a ring each rank sends only a 1/N chunk per step.")
+    return _say(False, f"{value:g} is not it. Hint: 2 x (N - 1) / N x size.")
+
+
+# ---------------------------------------------------------------------------------------- 08 troubleshooting
+def check_free_port(answer) -> Feedback:
+    """08-1: a TCP port that is free right now (for MASTER_PORT / --master-port)."""
+    import socket
+
+    value = _number(answer, "a port")
+    if value is None or value != int(value):
+        return _not_a_number(answer, "a port")
+    port = int(value)
+    if not 1024 <= port <= 65535:
+        return _say(False, f"{port} is outside 1024-65535 (ports below 1024 need root).")
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as e:
+            return _say(False, f"port {port} is taken right now ({e.strerror}): that is exactly `Address already in "
+                               "use`. Ask `free_port()` for one instead of guessing.")
+    return _say(True, f"port {port} is free (bound and released just now). Pass it as `--master-port {port}` or "
+                      f"MASTER_PORT={port}; `mnist_helpers.launch.torchrun` does this for you.")
+
+
+def check_detached_total(answer) -> Feedback:
+    """08-2: a running loss total that keeps no autograd graph alive."""
+    try:
+        import torch
+        if isinstance(answer, torch.Tensor):
+            if answer.requires_grad or answer.grad_fn is not None:
+                return _say(False, "the total is a tensor that still requires grad: every `total += loss` chains "
+                                   "another step's graph onto it, and memory grows each step. Add `loss.item()`.")
+            return _say(False, "a detached tensor no longer holds the graph, but it still lives on the device and "
+                               "syncs lazily; `loss.item()` gives a plain Python float.")
+    except ImportError:  # pragma: no cover
+        pass
+    if answer is ... or not isinstance(answer, float):
+        return _say(False, f"expected a Python float, got {type(answer).__name__}. Hint: `total += loss.item()`.")
+    if not answer > 0:
+        return _say(False, f"the total is {answer}; a sum of cross-entropy losses is positive. Did the loop run?")
+    return _say(True, f"a plain float ({answer:.4f}): `.item()` copies the number out and lets each step's graph be "
+                      "freed. With `total += loss` memory grows every step until out of memory.")
+
+
+# ----------------------------------------------------------------------------- 09 profiling and autotune
+STEP_PROFILE_MS = {"data": 12.0, "forward": 9.0, "backward": 17.0, "all-reduce": 8.0, "optimizer": 4.0}
+
+
+def check_data_wait_share(answer) -> Feedback:
+    """09-1: fraction of a step spent waiting for data in ``STEP_PROFILE_MS``."""
+    value = _number(answer, "the share")
+    truth = STEP_PROFILE_MS["data"] / sum(STEP_PROFILE_MS.values())
+    if value is None:
+        return _not_a_number(answer, "the share")
+    if _close(value, truth):
+        return _say(True, f"{truth:.0%} of the step waits for data: enough to try in-memory tensors or more "
+                          "workers before touching the model (the article's priority 1).")
+    if _close(value, truth * 100):
+        return _say(False, "give a fraction (0.5 for 50%), not a percentage.")
+    if _close(value, STEP_PROFILE_MS["data"] / (sum(STEP_PROFILE_MS.values()) - STEP_PROFILE_MS["data"])):
+        return _say(False, "you divided by the rest of the step; divide by the whole step (data included).")
+    return _say(False, f"{value:g} is not it. Hint: data / sum of every phase.")
+
+
+TUNING_PRIORITY = ["batch_size_and_workers", "lr_and_optimizer", "amp_and_accumulation", "distribution"]
+
+
+def check_tuning_priority(answer) -> Feedback:
+    """09-2: the article's tuning order, as a list of the four names in ``TUNING_PRIORITY`` (shuffled in the prompt)."""
+    try:
+        order = [str(x) for x in answer]
+    except TypeError:
+        return _say(False, f"expected a list of the four names, got {answer!r}.")
+    if sorted(order) != sorted(TUNING_PRIORITY):
+        missing = sorted(set(TUNING_PRIORITY) - set(order))
+        return _say(False, f"use each of the four names exactly once; missing: {missing}.")
+    if order == TUNING_PRIORITY:
+        return _say(True, "batch size & workers, then LR & optimizer, then AMP & accumulation, then distribution: "
+                          "cheapest and largest levers first. Notebook 09 checks the order against this series' runs.")
+    first = next(i for i, (a, b) in enumerate(zip(order, TUNING_PRIORITY)) if a != b)
+    return _say(False, f"position {first + 1} is wrong ({order[first]!r}). Hint: the article starts with what feeds "
+                       "the device and ends with adding devices.")
+
+
+# ------------------------------------------------------------------------------------------ 10 speedrun
+EVAL_LOG = [(100, 2.0, 0.950), (200, 4.1, 0.982), (300, 6.0, 0.9905), (400, 8.2, 0.9921)]  # step, train s, acc
+
+
+def check_time_to_accuracy(answer) -> Feedback:
+    """10-1: training seconds until test accuracy first reaches 99% in ``EVAL_LOG``."""
+    value = _number(answer, "seconds")
+    truth = next(t for _, t, acc in EVAL_LOG if acc >= 0.99)
+    if value is None:
+        return _not_a_number(answer, "seconds")
+    if _close(value, truth):
+        return _say(True, f"{truth} s: the first evaluation at >= 99% (step 300). Evaluation time is kept out of "
+                          "it, and the step interval bounds its resolution.")
+    if _close(value, 300):
+        return _say(False, "300 is the step; the question asks for training seconds.")
+    if _close(value, EVAL_LOG[-1][1]):
+        return _say(False, "that is the end of the run; time-to-accuracy stops at the *first* evaluation >= 99%.")
+    return _say(False, f"{value:g} is not it. Hint: the first row whose accuracy is >= 0.99.")
+
+
+def check_flops_bound(answer) -> Feedback:
+    """10-2: upper bound on training images/s for FastNet at 1 TFLOP/s (training ~ 3x the forward FLOPs)."""
+    from mnist_helpers.models import FastNet, flops_per_image
+
+    value = _number(answer, "images/s")
+    truth = 1e12 / (3 * flops_per_image(FastNet()))
+    if value is None:
+        return _not_a_number(answer, "images/s")
+    if _close(value, truth):
+        return _say(True, f"{truth:,.0f} img/s at best: compare it with the measured rate in notebook 10 to see how "
+                          "far from the machine's limit each recipe is.")
+    if _close(value, 3 * truth):
+        return _say(False, "that counts the forward pass only; backward costs about twice the forward.")
+    return _say(False, f"{value:,.4g} is not it. Hint: 1e12 / (3 * flops_per_image(FastNet())).")
+
+
+# ----------------------------------------------------------------------------------------------- the source
+@dataclass(frozen=True)
+class Exercise:
+    id: str          # "NN-k": notebook NN, k-th exercise
+    title: str
+    prompt: str      # markdown
+    starter: str     # code with `...` placeholders; runs without error as given
+    solution: str    # code; passes its check
+    check_name: str  # the check_... function in this module
+
+    @property
+    def notebook(self) -> str:
+        return self.id.split("-")[0]
+
+    @property
+    def check(self) -> Callable:
+        return globals()[self.check_name]
+
+
+def _ex(id, title, prompt, check, starter_body, solution_body, extra_import=""):
+    """Starter and solution share one import line and one check call, so they cannot drift apart."""
+    names = check + extra_import
+    box = ", answer_box" if "answer_box(" in starter_body else ""
+    starter = (f"from mnist_helpers.lessons.exercises import {names}{box}\n\n" + starter_body.strip("\n")
+               + f"\nif answer is not ...:  # runs once you have filled in your answer\n    {check}(answer)")
+    solution = f"from mnist_helpers.lessons.exercises import {names}\n\n" + solution_body.strip("\n") + f"\nassert {check}(answer)"
+    return Exercise(id, title, prompt.strip("\n"), starter, solution, check)
+
+
+EXERCISES: list[Exercise] = [
+    _ex("00-1", "The global batch size",
+        "Four processes each train with `batch_size=32` (one micro-batch per step). "
+        "How many images does **one optimizer step** see? Or type it in the box and press *Check*.",
+        "check_global_batch_size", "answer = ...  # an int, e.g. world_size * batch_size\nanswer_box(\"00-1\")",
+        "answer = 4 * 32  # batch_size is per process"),
+    _ex("00-2", "Steps per epoch",
+        "One process, 60,000 training images, `batch_size=128`, `drop_last=False`: how many optimizer steps make one "
+        "epoch? Compute it with Python (`math` is your friend).",
+        "check_steps_per_epoch", "import math\n\nanswer = ...  # steps in one epoch",
+        "import math\n\nanswer = math.ceil(60_000 / 128)"),
+    _ex("01-1", "Threads per process",
+        "A machine has 8 usable cores and you launch 4 processes with torchrun. What should `torch.set_num_threads()` "
+        "(or `OMP_NUM_THREADS`) be in each process so that no core is shared and none is idle?",
+        "check_threads_per_process", "answer = ...  # threads per process",
+        "cores, processes = 8, 4\nanswer = cores // processes"),
+    _ex("01-2", "The article's num_workers rule",
+        "The article suggests `num_workers` of *a quarter to a half of the CPU cores*. Give the range for a 16-core "
+        "machine as a pair `(low, high)`.",
+        "check_num_workers_range", "answer = ...  # (low, high)",
+        "cores = 16\nanswer = (cores // 4, cores // 2)"),
+    _ex("02-1", "Images per second",
+        "An epoch over 60,000 images took 12.5 s of training. What throughput (images/s) does `epoch_line` print?",
+        "check_images_per_s", "answer = ...  # images per second", "answer = 60_000 / 12.5"),
+    _ex("02-2", "Accuracy from a confusion matrix",
+        "`CONFUSION` (in `mnist_helpers.lessons.exercises`) is a 3-class confusion matrix: rows are the true class, columns "
+        "the predicted one. Compute the accuracy as a fraction with code, not by hand.",
+        "check_accuracy_from_confusion", "print(CONFUSION)\nanswer = ...  # a fraction between 0 and 1",
+        "correct = sum(CONFUSION[i][i] for i in range(len(CONFUSION)))\n"
+        "answer = correct / sum(sum(row) for row in CONFUSION)", extra_import=", CONFUSION"),
+    _ex("03-1", "Pick num_workers from a measured table",
+        "`LOADER_TABLE` maps `num_workers` to a measured loader throughput (img/s). Each worker is a process with its "
+        "own memory, so pick the **smallest** `num_workers` within 5% of the fastest. Compute it from the table.",
+        "check_pick_num_workers", "print(LOADER_TABLE)\nanswer = ...  # a num_workers from the table",
+        "best = max(LOADER_TABLE.values())\n"
+        "answer = min(n for n, rate in LOADER_TABLE.items() if rate >= 0.95 * best)", extra_import=", LOADER_TABLE"),
+    _ex("03-2", "The last batch",
+        "Evaluating 10,000 test images with `batch_size=128` and `drop_last=False`: how many images are in the last "
+        "batch?",
+        "check_last_batch_size", "answer = ...  # images in the last batch", "answer = 10_000 % 128"),
+    _ex("04-1", "The linear scaling rule",
+        "SGD trains well with `lr=0.1` at a global batch of 256. By the linear scaling rule, what LR goes with a global "
+        "batch of 1024?",
+        "check_linear_scaled_lr", "answer = ...  # the new learning rate", "answer = 0.1 * 1024 / 256"),
+    _ex("04-2", "Square-root scaling for Adam",
+        "Adam trains well with `lr=1e-3` at batch 128. With square-root scaling, what LR goes with batch 512?",
+        "check_sqrt_scaled_lr", "import math\n\nanswer = ...  # the new learning rate",
+        "import math\n\nanswer = 1e-3 * math.sqrt(512 / 128)"),
+    _ex("05-1", "Gradient accumulation",
+        "You want a global batch of 512, only 64 images fit in memory per micro-batch, and you run 2 processes. "
+        "What `grad_accum` (micro-batches per optimizer step) do you need?",
+        "check_grad_accum", "answer = ...  # micro-batches per step",
+        "global_batch, batch_size, world_size = 512, 64, 2\nanswer = global_batch // (batch_size * world_size)"),
+    _ex("05-2", "Persistent memory of Adam",
+        "How many MiB do the article's `Net`'s weights, gradients and Adam's two moments take in fp32? Count the "
+        "parameters with `mnist_helpers.models.count_parameters`.",
+        "check_adam_state_mib",
+        "from mnist_helpers.models import Net, count_parameters\n\nanswer = ...  # MiB (2**20 bytes)",
+        "from mnist_helpers.models import Net, count_parameters\n\n"
+        "answer = count_parameters(Net()) * 4 * 4 / 2**20  # 4 tensors x 4 bytes per parameter"),
+    _ex("06-1", "What DistributedSampler counts",
+        "10,000 images, 3 ranks, `DistributedSampler` with its defaults (`drop_last=False`). How many images do the "
+        "3 ranks process in one epoch, all together? You may construct the samplers to find out.",
+        "check_distributed_sampler_total",
+        "from torch.utils.data import DistributedSampler\n\nanswer = ...  # images over all ranks",
+        "from torch.utils.data import DistributedSampler\n\n"
+        "answer = sum(len(DistributedSampler(range(10_000), num_replicas=3, rank=r)) for r in range(3))"),
+    _ex("06-2", "Different epochs",
+        "With `DistributedSampler(shuffle=True)` every epoch visits the images in the same order unless you make one "
+        "call per epoch. Give that line of code as a string.",
+        "check_set_epoch_call", "answer = ...  # e.g. \"sampler.something(...)\"", "answer = \"sampler.set_epoch(epoch)\""),
+    _ex("07-1", "Scaling efficiency",
+        "1 process trains at 1,000 img/s; 4 processes (same batch per process) at 3,200 img/s together. "
+        "What is the scaling efficiency, as a fraction?",
+        "check_scaling_efficiency", "answer = ...  # a fraction", "speedup = 3_200 / 1_000\nanswer = speedup / 4"),
+    _ex("07-2", "Ring all-reduce volume",
+        "In a ring all-reduce of a 100 MB gradient over 4 ranks, how many MB does each rank send?",
+        "check_ring_allreduce_mb", "answer = ...  # MB sent per rank", "N, size = 4, 100\nanswer = 2 * (N - 1) / N * size"),
+    _ex("08-1", "Address already in use",
+        "Your torchrun job fails with `Address already in use` on port 29500. Get a port that is free right now with "
+        "`mnist_helpers.launch.free_port()`; the check binds it to prove it.",
+        "check_free_port", "from mnist_helpers.launch import free_port\n\nanswer = ...  # a free port",
+        "from mnist_helpers.ports import free_port\n\nanswer = free_port()"),
+    _ex("08-2", "A running total without the graph",
+        "Fix the loop so that `total` holds the sum of the losses **without** keeping every step's autograd graph "
+        "alive (the classic slow memory leak).",
+        "check_detached_total",
+        "import torch\n\nmodel, X, y = torch.nn.Linear(4, 3), torch.randn(8, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])\n"
+        "total = 0.0\nfor _ in range(3):\n    loss = torch.nn.functional.cross_entropy(model(X), y)\n"
+        "    total += loss  # fix this line\nanswer = ...  # set answer = total once fixed",
+        "import torch\n\nmodel, X, y = torch.nn.Linear(4, 3), torch.randn(8, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])\n"
+        "total = 0.0\nfor _ in range(3):\n    loss = torch.nn.functional.cross_entropy(model(X), y)\n"
+        "    total += loss.item()\nanswer = total"),
+    _ex("09-1", "Reading a profile",
+        "`STEP_PROFILE_MS` holds the milliseconds one training step spends in each phase. What fraction of the "
+        "step is spent waiting for data?",
+        "check_data_wait_share", "print(STEP_PROFILE_MS)\nanswer = ...  # a fraction",
+        "answer = STEP_PROFILE_MS[\"data\"] / sum(STEP_PROFILE_MS.values())", extra_import=", STEP_PROFILE_MS"),
+    _ex("09-2", "The article's tuning priority",
+        "Put the four levers in the order the article says to tune them: `\"distribution\"`, `\"lr_and_optimizer\"`, "
+        "`\"batch_size_and_workers\"`, `\"amp_and_accumulation\"`.",
+        "check_tuning_priority", "answer = ...  # a list of the four names, the first to tune first",
+        "answer = [\"batch_size_and_workers\", \"lr_and_optimizer\", \"amp_and_accumulation\", \"distribution\"]"),
+    _ex("10-1", "Time to accuracy",
+        "`EVAL_LOG` lists `(step, training seconds, test accuracy)` at each evaluation. Compute the time to 99% test "
+        "accuracy.",
+        "check_time_to_accuracy", "print(EVAL_LOG)\nanswer = ...  # seconds",
+        "answer = next(seconds for step, seconds, acc in EVAL_LOG if acc >= 0.99)", extra_import=", EVAL_LOG"),
+    _ex("10-2", "How far from the limit?",
+        "A training image costs about 3x the forward FLOPs (`mnist_helpers.models.flops_per_image`). At a peak of "
+        "1 TFLOP/s, what is the most images/s `FastNet` could train at?",
+        "check_flops_bound",
+        "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = ...  # images per second at best",
+        "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = 1e12 / (3 * flops_per_image(FastNet()))"),
+]
+
+BY_ID = {e.id: e for e in EXERCISES}
+
+
+def for_notebook(nn: str) -> list[Exercise]:
+    """The exercises of notebook ``nn`` ("00" .. "10"), in order."""
+    return [e for e in EXERCISES if e.notebook == nn]
+
+
+def answer_box(exercise_id: str, interactive: bool | None = None):
+    """A text box and a Check button for one exercise in JupyterLab; returns None and shows nothing extra
+    elsewhere (a plain-Python run, or ipywidgets missing). The typed text is read with ``ast.literal_eval``."""
+    import ast
+
+    ex = BY_ID.get(exercise_id)
+    if ex is None:
+        raise ValueError(f"unknown exercise {exercise_id!r}; known: {', '.join(BY_ID)}")
+    if interactive is None:
+        from mnist_helpers.live import ipython_kernel_active
+        interactive = ipython_kernel_active()
+    if not interactive:
+        return None
+    try:
+        import ipywidgets as w
+        from IPython.display import display
+    except ImportError:
+        print("(ipywidgets is not installed: set `answer` in the cell instead)")
+        return None
+    box = w.Text(placeholder="your answer, e.g. 42", description=f"{exercise_id}:")
+    button = w.Button(description="Check", button_style="primary")
+    out = w.Output()
+
+    def run(_):
+        out.clear_output()
+        with out:
+            try:
+                value = ast.literal_eval(box.value.strip())
+            except (ValueError, SyntaxError):
+                print(f"✘ could not read {box.value!r} as a Python value; type a number, a string in quotes, or a list.")
+                return
+            ex.check(value)
+
+    button.on_click(run)
+    display(w.HBox([box, button]), out)
+    return None

@@ -1,0 +1,605 @@
+"""How fast can data reach the model? DataLoader sweeps and their alternatives (introduced in 03_dataloader_tuning).
+
+Every function returns a table (a list of flat dicts) so the notebook only plots and prints:
+
+- ``loader_sweep``: loader-only images/s over ``num_workers`` x ``pin_memory`` x ``prefetch_factor`` x
+  ``persistent_workers`` (first-epoch start-up kept apart from the steady epoch).
+- ``training_sweep``: training images/s and the fraction of each step spent *waiting for data* (the signal
+  the article reads from ``nvidia-smi -l 1``: a GPU idling at 0-30% is a GPU waiting for its loader).
+- ``worker_memory``: per-worker USS/PSS (psutil) after a full pass, to test "each worker copies the dataset".
+- ``feed_rates``: in-memory tensor batches (float32 or uint8 normalised per batch), GPU-resident batches and the
+  DataLoader with per-sample transforms, measured side by side.
+- ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
+
+Datasets: ``make_dataset("torchvision" | "tensor" | "pylist")``: the article's per-sample PIL route, an in-memory
+``TensorDataset``, and a list of small Python objects (to show refcount page-touching under fork).
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+import math
+import statistics
+import time
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+
+from mnist_helpers.data import MEAN, STD, TensorBatches, load_mnist, mnist_datasets
+from mnist_helpers.models import build_model
+
+DATASET_KINDS = ("torchvision", "tensor", "pylist")
+
+
+def _positive_int(name: str, value) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _workers_list(num_workers: Iterable[int]) -> list[int]:
+    out = list(num_workers)
+    if not out:
+        raise ValueError("num_workers must list at least one value, e.g. (0, 1, 2)")
+    for w in out:
+        if not isinstance(w, int) or isinstance(w, bool) or w < 0:
+            raise ValueError(f"num_workers values must be integers >= 0, got {w!r}")
+    return out
+
+
+def default_worker_counts(cores: int | None = None) -> list[int]:
+    """0, 1, then powers of two up to 2x the cores (the sweep the article's advice calls for)."""
+    import os
+    cores = cores or os.cpu_count() or 1
+    counts = [0, 1]
+    w = 2
+    while w <= 2 * cores:
+        counts.append(w)
+        w *= 2
+    if counts[-1] != 2 * cores:
+        counts.append(2 * cores)
+    return counts
+
+
+# --------------------------------------------------------------------------- datasets
+
+class PyListDataset(Dataset):
+    """MNIST as a Python list of ``(bytes, label)`` tuples, decoded per sample: many small Python objects.
+
+    Under ``fork`` every read bumps an object's refcount, i.e. *writes* to the page holding it, so each worker
+    ends up with private copies of the pages it touched. A single big tensor has no per-sample objects."""
+
+    def __init__(self, X_uint8: torch.Tensor, y: torch.Tensor):
+        self.items = [(X_uint8[i].numpy().tobytes(), int(y[i])) for i in range(len(y))]
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i):
+        raw, label = self.items[i]
+        x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(1, 28, 28).float().div_(255.0)
+        return x.sub_(MEAN).div_(STD), label
+
+
+def make_dataset(kind: str, root=None, subset: int | None = None) -> Dataset:
+    """``torchvision``: MNIST + ToTensor + Normalize per sample (the article's); ``tensor``: normalised float32
+    ``TensorDataset`` in memory; ``pylist``: a list of small Python objects (``PyListDataset``)."""
+    if kind not in DATASET_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(DATASET_KINDS)}; got {kind!r}")
+    if subset is not None:
+        _positive_int("subset", subset)
+    if kind == "torchvision":
+        ds, _ = mnist_datasets(root)
+        return Subset(ds, range(subset)) if subset else ds
+    if kind == "tensor":
+        X, y, _, _ = load_mnist(root, subset=(subset or 60000, 1))
+        return TensorDataset(X, y)
+    X, y, _, _ = load_mnist(root, subset=(subset or 60000, 1), normalize=False)
+    return PyListDataset((X * 255).round().to(torch.uint8).squeeze(1), y)
+
+
+def dataset_nbytes(ds: Dataset) -> int:
+    """Bytes the dataset's samples occupy in the parent process (approximate for ``pylist``)."""
+    base = ds.dataset if isinstance(ds, Subset) else ds
+    if isinstance(base, TensorDataset):
+        return sum(t.numel() * t.element_size() for t in base.tensors)
+    if isinstance(base, PyListDataset):
+        import sys
+        return sum(sys.getsizeof(r) + sys.getsizeof(t) + 28 for t in base.items for r in t[:1])
+    data = getattr(base, "data", None)
+    return data.numel() * data.element_size() if isinstance(data, torch.Tensor) else 0
+
+
+# --------------------------------------------------------------------------- loaders
+
+def make_loader(dataset: Dataset, batch_size: int = 128, *, num_workers: int = 0, pin_memory: bool = False,
+                prefetch_factor: int | None = 2, persistent_workers: bool = False, drop_last: bool = False,
+                shuffle: bool = True, seed: int = 0, multiprocessing_context: str | None = None) -> DataLoader:
+    """A DataLoader with the article's knobs. Knobs that only exist with workers (``prefetch_factor``,
+    ``persistent_workers``, a start method) are dropped when ``num_workers == 0``, as torch requires."""
+    _positive_int("batch_size", batch_size)
+    _workers_list([num_workers])
+    kw = {}
+    if num_workers > 0:
+        if prefetch_factor is not None:
+            _positive_int("prefetch_factor", prefetch_factor)
+        kw = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers,
+              "multiprocessing_context": multiprocessing_context}
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                      pin_memory=pin_memory, drop_last=drop_last,
+                      generator=torch.Generator().manual_seed(seed), **kw)
+
+
+def _take(iterable, max_batches):
+    return iterable if max_batches is None else itertools.islice(iterable, max_batches)
+
+
+def time_loader(loader, *, epochs: int = 2, max_batches: int | None = None) -> dict:
+    """Iterate ``epochs`` passes (each at most ``max_batches``). Returns the time to the first batch (worker
+    start-up), every epoch's images/s, and ``images_per_s``: the median over epochs after the first
+    (the steady state; the first epoch when there is only one)."""
+    _positive_int("epochs", epochs)
+    rates, first_batch_s = [], None
+    for epoch in range(epochs):
+        n = 0
+        t0 = time.perf_counter()
+        for i, (X, _) in enumerate(_take(loader, max_batches)):
+            if i == 0 and epoch == 0:
+                first_batch_s = time.perf_counter() - t0
+            n += len(X)
+        dt = time.perf_counter() - t0
+        rates.append(n / dt if dt > 0 else float("nan"))
+    steady = rates[1:] or rates
+    return {"first_batch_s": first_batch_s, "epoch_images_per_s": rates, "first_epoch_images_per_s": rates[0],
+            "images_per_s": statistics.median(steady)}
+
+
+def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4), batch_size: int = 128,
+                 pin_memory: Iterable[bool] = (False,), prefetch_factor: Iterable[int] = (2,),
+                 persistent_workers: Iterable[bool] = (False,), epochs: int = 2, max_batches: int | None = None,
+                 repeats: int = 1) -> list[dict]:
+    """Loader-only images/s for every combination (workers-only knobs collapse when num_workers == 0).
+    ``repeats`` > 1 measures every setting once per round, round after round (so a burst of load from other
+    jobs hits all settings alike), and reports the median; the rows keep every repeat's value too."""
+    workers = _workers_list(num_workers)
+    _positive_int("repeats", repeats)
+    configs, seen = [], set()
+    for w, pin, pf, pers in itertools.product(workers, pin_memory, prefetch_factor, persistent_workers):
+        key = (w, pin) if w == 0 else (w, pin, pf, pers)
+        if key not in seen:
+            seen.add(key)
+            configs.append((w, pin, pf, pers))
+    runs = {c: [] for c in configs}
+    for _ in range(repeats):
+        for c in configs:
+            w, pin, pf, pers = c
+            loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin, prefetch_factor=pf,
+                                 persistent_workers=pers)
+            runs[c].append(time_loader(loader, epochs=epochs, max_batches=max_batches))
+            del loader
+    rows = []
+    for (w, pin, pf, pers), rs in runs.items():
+        rows.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf if w else None,
+                     "persistent_workers": pers if w else False, "batch_size": batch_size,
+                     "images_per_s": statistics.median(r["images_per_s"] for r in rs),
+                     "first_epoch_images_per_s": statistics.median(r["first_epoch_images_per_s"] for r in rs),
+                     "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
+                     "repeats": [r["images_per_s"] for r in rs]})
+    return rows
+
+
+# --------------------------------------------------------------------------- training with a loader
+
+def train_with_loader(batches, *, model: str = "net", steps: int = 50, warmup_steps: int = 5, lr: float = 1e-3,
+                      device: str | torch.device = "cpu", seed: int = 0) -> dict:
+    """Train for ``steps`` timed steps (after ``warmup_steps``) and split each step into *waiting for data*
+    (time inside ``next(batches)``, plus the host-to-device copy) and *compute*. Returns images/s and
+    ``wait_fraction``: near 0 means the model is the bottleneck, near 1 means the loader is."""
+    _positive_int("steps", steps)
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    cuda = device.type == "cuda"
+    it = iter(batches)
+    wait = compute = 0.0
+    images = done = 0
+    while done < warmup_steps + steps:
+        t0 = time.perf_counter()
+        try:
+            X, y = next(it)
+        except StopIteration:
+            it = iter(batches)
+            X, y = next(it)
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.nll_loss(net(X), y).backward()
+        opt.step()
+        if cuda:
+            torch.cuda.synchronize(device)
+        t2 = time.perf_counter()
+        if done >= warmup_steps:
+            wait += t1 - t0
+            compute += t2 - t1
+            images += len(X)
+        done += 1
+    total = wait + compute
+    return {"images_per_s": images / total, "wait_fraction": wait / total, "wait_s": wait, "compute_s": compute,
+            "steps": steps, "images": images}
+
+
+def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), batch_size: int = 128,
+                   model: str = "net", steps: int = 50, warmup_steps: int = 5, pin_memory: bool = False,
+                   device: str | torch.device = "cpu", tensor_baseline: bool = True) -> list[dict]:
+    """Training images/s and data-wait fraction per ``num_workers`` (persistent workers, so worker start-up is
+    paid once, in the warm-up). With ``tensor_baseline`` a last row trains from in-memory ``TensorBatches``."""
+    rows = []
+    for w in _workers_list(num_workers):
+        loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin_memory, persistent_workers=w > 0)
+        r = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
+        rows.append({"loader": f"DataLoader, {w} workers", "num_workers": w, **r})
+        del loader
+    if tensor_baseline:
+        X, y = _dataset_tensors(dataset)
+        dev = torch.device(device)
+        batches = TensorBatches(X.to(dev), y.to(dev), batch_size)
+        r = train_with_loader(batches, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
+        rows.append({"loader": f"TensorBatches on {dev.type}", "num_workers": None, **r})
+    return rows
+
+
+def _dataset_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same images as normalised tensors (read through the dataset when it is not a TensorDataset)."""
+    base = dataset.dataset if isinstance(dataset, Subset) else dataset
+    if isinstance(base, TensorDataset) and not isinstance(dataset, Subset):
+        return base.tensors[0], base.tensors[1]
+    X, y = next(iter(DataLoader(dataset, batch_size=len(dataset))))
+    return X, y
+
+
+# --------------------------------------------------------------------------- worker memory
+
+def _mib(n: int) -> float:
+    return n / 2**20
+
+
+def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 256,
+                  multiprocessing_context: str | None = None, max_batches: int | None = None) -> dict:
+    """Run one full pass with ``num_workers`` persistent workers, then read every worker's memory with
+    psutil: USS (pages only this worker holds: what it really added), PSS (shared pages split between their
+    sharers) and RSS (every page it maps, shared ones counted again in each process: the misleading number).
+    Returns per-worker means in MiB next to the dataset's own size in the parent."""
+    import psutil
+
+    _positive_int("num_workers", num_workers)
+    gc.collect()
+    loader = make_loader(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
+                         multiprocessing_context=multiprocessing_context)
+    it = iter(loader)
+    for _ in _take(it, max_batches):
+        pass
+    workers = getattr(it, "_workers", None) or []
+    pids = [w.pid for w in workers if w.pid]
+    if not pids:
+        raise RuntimeError("could not find the DataLoader worker processes (torch internals changed?)")
+    infos = [psutil.Process(pid).memory_full_info() for pid in pids]
+    parent = psutil.Process().memory_full_info()
+    it._shutdown_workers()
+    del it, loader
+    mean = lambda key: statistics.mean(_mib(getattr(i, key)) for i in infos)  # noqa: E731
+    return {"num_workers": num_workers, "start_method": multiprocessing_context or torch.multiprocessing.get_start_method(),
+            "dataset_mib": _mib(dataset_nbytes(dataset)), "worker_uss_mib": mean("uss"), "worker_pss_mib": mean("pss"),
+            "worker_rss_mib": mean("rss"), "parent_uss_mib": _mib(parent.uss), "parent_rss_mib": _mib(parent.rss)}
+
+
+def memory_sweep(datasets: dict[str, Dataset], *, num_workers: int = 2, batch_size: int = 256,
+                 start_methods: Iterable[str | None] = (None,), max_batches: int | None = None) -> list[dict]:
+    """``worker_memory`` for each named dataset and start method (``None``: the platform default, fork on Linux).
+
+    A worker's USS is never zero: the interpreter pages it writes after the fork are its own. So every start
+    method is also measured on a 256-image baseline dataset, and ``added_uss_mib`` = USS - baseline USS is what
+    the dataset itself cost each worker; ``copied_fraction`` = added / dataset size: about 0 means shared,
+    about 1 means a whole private copy per worker."""
+    if not datasets:
+        raise ValueError("datasets must map at least one name to a Dataset")
+    rows = []
+    tiny = TensorDataset(torch.zeros(256, 1, 28, 28), torch.zeros(256, dtype=torch.int64))
+    for method in start_methods:
+        base = worker_memory(tiny, num_workers=num_workers, batch_size=batch_size, multiprocessing_context=method)
+        for name, ds in datasets.items():
+            r = worker_memory(ds, num_workers=num_workers, batch_size=batch_size, multiprocessing_context=method,
+                              max_batches=max_batches)
+            r["dataset"] = name
+            r["baseline_uss_mib"] = base["worker_uss_mib"]
+            r["added_uss_mib"] = max(0.0, r["worker_uss_mib"] - base["worker_uss_mib"])
+            r["copied_fraction"] = r["added_uss_mib"] / r["dataset_mib"] if r["dataset_mib"] else float("nan")
+            rows.append(r)
+    return rows
+
+
+def disk_read_rate(path, *, repeats: int = 3, chunk: int = 1 << 20) -> dict:
+    """MB/s reading ``path`` cold (after asking the kernel to drop it from the page cache with
+    ``posix_fadvise(DONTNEED)``, which needs no root but is only a request) and warm (from the page cache)."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    size = path.stat().st_size
+
+    def read(cold: bool) -> float:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if cold and hasattr(os, "posix_fadvise"):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            t0 = time.perf_counter()
+            while os.read(fd, chunk):
+                pass
+            return size / 2**20 / (time.perf_counter() - t0)
+        finally:
+            os.close(fd)
+
+    cold = statistics.median(read(True) for _ in range(repeats))
+    warm = statistics.median(read(False) for _ in range(repeats))
+    return {"file": path.name, "mib": size / 2**20, "cold_mib_per_s": cold, "warm_mib_per_s": warm}
+
+
+# --------------------------------------------------------------------------- tensor batches vs DataLoader
+
+class Uint8Batches:
+    """Shuffled batches from uint8 pixels held in memory (on CPU or GPU), normalised per *batch*, not per sample:
+    a quarter of the float32 memory traffic, and the per-sample Python work of a Dataset disappears."""
+
+    def __init__(self, X_uint8: torch.Tensor, y: torch.Tensor, batch_size: int, *, seed: int = 0):
+        _positive_int("batch_size", batch_size)
+        if len(X_uint8) != len(y):
+            raise ValueError(f"X and y must have the same length, got {len(X_uint8)} and {len(y)}")
+        if X_uint8.dtype != torch.uint8:
+            raise ValueError(f"X_uint8 must be a uint8 tensor of raw pixels, got {X_uint8.dtype}")
+        self.X, self.y, self.batch_size, self.seed, self.epoch = X_uint8, y, batch_size, seed, 0
+        self._scale = torch.tensor(1.0 / (255.0 * STD), device=X_uint8.device)
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return -(-len(self.X) // self.batch_size)
+
+    def __iter__(self):
+        g = torch.Generator().manual_seed(self.seed + self.epoch)
+        idx = torch.randperm(len(self.X), generator=g).to(self.X.device)
+        for start in range(0, len(idx), self.batch_size):
+            b = idx[start:start + self.batch_size]
+            x = self.X.index_select(0, b).float().mul_(self._scale).sub_(MEAN / STD)
+            yield x.unsqueeze(1), self.y.index_select(0, b)
+
+
+def raw_uint8(root=None, subset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The raw training pixels as uint8 ``(N, 28, 28)`` and labels, straight from the verified IDX files."""
+    from mnist_helpers.data import read_idx, verify_mnist
+    rdir = verify_mnist(root)
+    X = torch.from_numpy(read_idx(rdir / "train-images-idx3-ubyte")[:subset].copy())
+    y = torch.from_numpy(read_idx(rdir / "train-labels-idx1-ubyte")[:subset].astype("int64"))
+    return X, y
+
+
+def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.device) -> float:
+    """Median images/s over ``epochs`` passes after one warm-up pass; each batch is touched on the device."""
+    rates = []
+    for epoch in range(epochs + 1):
+        batches = make_batches(epoch)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        n, t0 = 0, time.perf_counter()
+        for X, _ in _take(batches, max_batches):
+            X = X.to(device, non_blocking=True)
+            n += len(X)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        if epoch:  # epoch 0 is the warm-up
+            rates.append(n / (time.perf_counter() - t0))
+    return statistics.median(rates)
+
+
+def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, num_workers: Iterable[int] = (0,),
+               epochs: int = 3, dataloader_max_batches: int | None = None) -> list[dict]:
+    """Images/s delivered to the training device by each way of feeding it, measured side by side in this call.
+    ``ratio_vs_dataloader`` divides by the DataLoader (per-sample transforms) with the *fastest* worker count
+    measured here, so the ratio never flatters the in-memory loaders. GPU-resident rows appear only with CUDA."""
+    _positive_int("batch_size", batch_size)
+    _positive_int("epochs", epochs)
+    workers = _workers_list(num_workers)
+    cpu = torch.device("cpu")
+    X_u8, y = raw_uint8(root, subset)
+    X_f32 = X_u8.unsqueeze(1).float().div_(255.0).sub_(MEAN).div_(STD)
+    rows = []
+
+    def add(name, device, make, max_batches=None, note=""):
+        r = _rate(make, epochs, max_batches, device)
+        rows.append({"feed": name, "device": device.type, "images_per_s": r, "note": note})
+
+    devices = [cpu] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    for dev in devices:
+        Xd, yd, Xu = X_f32.to(dev), y.to(dev), X_u8.to(dev)
+        where = "GPU-resident" if dev.type == "cuda" else "in memory"
+        add(f"TensorBatches float32 ({where})", dev,
+            lambda e, Xd=Xd, yd=yd: _with_epoch(TensorBatches(Xd, yd, batch_size, seed=0), e))
+        add(f"Uint8Batches, normalised per batch ({where})", dev,
+            lambda e, Xu=Xu, yd=yd: _with_epoch(Uint8Batches(Xu, yd, batch_size), e))
+    ds, _ = mnist_datasets(root)
+    if subset:
+        ds = Subset(ds, range(subset))
+    target = devices[-1]
+    for w in workers:
+        loaders = {}
+
+        def make(e, w=w, loaders=loaders):
+            if "l" not in loaders:  # persistent workers: start-up paid in the warm-up pass
+                loaders["l"] = make_loader(ds, batch_size, num_workers=w, persistent_workers=w > 0,
+                                           pin_memory=target.type == "cuda")
+            return loaders["l"]
+        add(f"DataLoader + per-sample transforms, {w} workers", target, make, dataloader_max_batches,
+            note="to GPU, pinned" if target.type == "cuda" else "")
+        loaders.clear()
+    best_dl = max(r["images_per_s"] for r in rows if r["feed"].startswith("DataLoader"))
+    for r in rows:
+        r["ratio_vs_dataloader"] = r["images_per_s"] / best_dl
+    return rows
+
+
+def _with_epoch(batches, epoch):
+    batches.set_epoch(epoch)
+    return batches
+
+
+# --------------------------------------------------------------------------- drop_last
+
+def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128, model: str = "net",
+                     trials: int = 8, seed: int = 0) -> dict:
+    """The small last batch, measured. With ``len(X) % batch_size = r`` left over, an epoch without
+    ``drop_last`` ends with an r-image batch that gets the same learning rate as the others. We measure the
+    relative error of a mini-batch gradient against the full-data gradient (same fixed model) for batches of
+    ``batch_size`` and of ``r``: sampling noise grows like sqrt(batch_size / r). Also: do BatchNorm layers
+    (``netbn``'s 2-d ones, and a 1-d one) accept a last batch of one sample in training mode?"""
+    _positive_int("batch_size", batch_size)
+    _positive_int("trials", trials)
+    n = len(X)
+    if n <= batch_size:
+        raise ValueError(f"need more than batch_size={batch_size} images to have a last batch, got {n}")
+    r = n % batch_size
+    torch.manual_seed(seed)
+    net = build_model(model)
+    net.train()
+
+    def grad(idx):
+        net.zero_grad(set_to_none=True)
+        F.nll_loss(net(X[idx]), y[idx]).backward()
+        return torch.cat([p.grad.flatten() for p in net.parameters()])
+
+    full = sum(grad(torch.arange(s, min(s + 1024, n))) * min(1024, n - s) for s in range(0, n, 1024)) / n
+    g = torch.Generator().manual_seed(seed)
+
+    def rel_err(size):
+        errs = [float((grad(torch.randperm(n, generator=g)[:size]) - full).norm() / full.norm()) for _ in range(trials)]
+        return statistics.median(errs)
+
+    err_full = rel_err(batch_size)
+    err_last = rel_err(r) if r else float("nan")
+    def one_image(module, x):
+        try:
+            module.train()(x)
+            return "accepted"
+        except ValueError as e:
+            return f"ValueError: {str(e)[:60]}"
+
+    # BatchNorm2d also averages over the 26x26 positions, so one image still gives many values per channel;
+    # BatchNorm1d after a linear layer has exactly one value per feature and refuses.
+    bn_one = one_image(build_model("netbn"), X[:1])
+    bn1d_one = one_image(torch.nn.BatchNorm1d(16), torch.randn(1, 16))
+    steps_keep = math.ceil(n / batch_size)
+    return {"images": n, "batch_size": batch_size, "last_batch": r, "steps_keep": steps_keep,
+            "steps_drop": n // batch_size, "dropped_images": r,
+            "grad_error_full_batch": err_full, "grad_error_last_batch": err_last,
+            "noise_ratio": err_last / err_full if r else float("nan"),
+            "expected_ratio": math.sqrt(batch_size / r) if r else float("nan"),
+            "batchnorm_with_one_image": bn_one, "batchnorm1d_with_one_sample": bn1d_one}
+
+
+# --------------------------------------------------------------------------- verdicts
+
+def worker_verdicts(sweep: list[dict], cores: int) -> list[dict]:
+    """Verdicts on "num_workers = 1/4-1/2 of the cores" and "too many workers slow things down", computed from a
+    ``loader_sweep`` or ``training_sweep`` table (rows with ``num_workers`` and ``images_per_s``)."""
+    rows = [r for r in sweep if r.get("num_workers") is not None]
+    if not rows:
+        raise ValueError("the sweep has no rows with num_workers; run loader_sweep or training_sweep first")
+    best = max(rows, key=lambda r: r["images_per_s"])
+    lo, hi = max(1, cores // 4), max(1, cores // 2)
+    in_rule = [r for r in rows if lo <= r["num_workers"] <= hi]
+    rule_best = max(in_rule, key=lambda r: r["images_per_s"]) if in_rule else None
+    ratio = rule_best["images_per_s"] / best["images_per_s"] if rule_best else float("nan")
+    if rule_best is None:
+        v1 = "not tested (no worker count in the 1/4-1/2 range was measured)"
+    elif ratio >= 0.9:
+        v1 = "holds here" if lo <= best["num_workers"] <= hi else "close enough here (within 10% of the best)"
+    else:
+        v1 = "does not hold here"
+    e1 = (f"best {best['images_per_s']:,.0f} img/s at num_workers={best['num_workers']}; the rule's range "
+          f"{lo}-{hi} on {cores} cores reaches {ratio:.0%} of it")
+    many = [r for r in rows if r["num_workers"] > cores]
+    if not many:
+        v2, e2 = "not tested (no worker count above the core count)", ""
+    else:
+        worst_many = min(many, key=lambda r: r["images_per_s"])
+        drop = worst_many["images_per_s"] / best["images_per_s"]
+        v2 = "holds here" if drop < 0.9 else "does not hold here (more workers than cores cost < 10%)"
+        e2 = (f"num_workers={worst_many['num_workers']} (> {cores} cores) gives {worst_many['images_per_s']:,.0f} img/s, "
+              f"{drop:.0%} of the best")
+    return [{"claim": "num_workers = 1/4-1/2 of the CPU cores", "verdict": v1, "evidence": e1},
+            {"claim": "too many workers slow things down", "verdict": v2, "evidence": e2}]
+
+
+# ==================================================================================================
+# Part from widgets_loader.py
+# A small widget to re-run the DataLoader sweep with chosen settings (introduced in 03_dataloader_tuning).
+#
+# ``loader_widget(dataset)`` always runs once with the given settings and prints the result as plain text, so
+# the cell has a static output under nbmake/CI or in a viewer without a live kernel; with ``interactive=True``
+# (and ipywidgets importable) it also shows sliders and a button to measure again.
+# ==================================================================================================
+
+
+
+
+def _line(r: dict) -> str:
+    return (f"num_workers={r['num_workers']} pin_memory={r['pin_memory']} prefetch_factor={r['prefetch_factor']} "
+            f"persistent_workers={r['persistent_workers']} batch_size={r['batch_size']}: "
+            f"{r['images_per_s']:,.0f} img/s steady, {r['first_epoch_images_per_s']:,.0f} img/s first epoch, "
+            f"first batch after {r['first_batch_s']:.2f} s")
+
+
+def measure(dataset, *, num_workers: int, batch_size: int, pin_memory: bool = False, prefetch_factor: int = 2,
+            persistent_workers: bool = False, max_batches: int | None = 20) -> list[dict]:
+    rows = loader_sweep(dataset, num_workers=(num_workers,), batch_size=batch_size, pin_memory=(pin_memory,),
+                        prefetch_factor=(prefetch_factor,), persistent_workers=(persistent_workers,), epochs=2,
+                        max_batches=max_batches)
+    for r in rows:
+        print(_line(r))
+    return rows
+
+
+def loader_widget(dataset, *, num_workers: int = 0, batch_size: int = 128, pin_memory: bool = False,
+                  prefetch_factor: int = 2, persistent_workers: bool = False, max_batches: int | None = 20,
+                  max_workers: int = 8, interactive: bool = True) -> list[dict]:
+    """Measure once with these settings (printed: the static output), then, if ``interactive``, display
+    controls to measure again. Returns the first measurement's rows."""
+    rows = measure(dataset, num_workers=num_workers, batch_size=batch_size, pin_memory=pin_memory,
+                   prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, max_batches=max_batches)
+    if not interactive:
+        return rows
+    try:
+        import ipywidgets as w
+        from IPython.display import display
+    except ImportError:
+        print("(ipywidgets is not installed: the static result above is all this cell shows)")
+        return rows
+    controls = {
+        "num_workers": w.IntSlider(value=num_workers, min=0, max=max_workers, description="num_workers"),
+        "batch_size": w.Dropdown(options=[32, 64, 128, 256, 512, 1024], value=batch_size, description="batch_size"),
+        "pin_memory": w.Checkbox(value=pin_memory, description="pin_memory"),
+        "prefetch_factor": w.IntSlider(value=prefetch_factor, min=1, max=8, description="prefetch"),
+        "persistent_workers": w.Checkbox(value=persistent_workers, description="persistent"),
+    }
+    button = w.Button(description="Measure", button_style="primary")
+    out = w.Output()
+
+    def run(_):
+        with out:
+            measure(dataset, max_batches=max_batches, **{k: c.value for k, c in controls.items()})
+
+    button.on_click(run)
+    display(w.VBox([w.HBox(list(controls.values())[:3]), w.HBox(list(controls.values())[3:] + [button]), out]))
+    return rows

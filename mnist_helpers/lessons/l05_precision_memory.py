@@ -1,0 +1,371 @@
+"""Mixed precision and gradient accumulation, measured (introduced in 05_mixed_precision_and_memory).
+
+Today's API is ``torch.amp.autocast(device_type, dtype=...)`` and ``torch.amp.GradScaler(device_type)``;
+the article's ``torch.cuda.amp.autocast()`` / ``torch.cuda.amp.GradScaler()`` still run but warn
+(``deprecated_amp_warnings`` captures the warnings). Every function returns a table (a list of
+dicts) or a dict, built on ``train.build_training``/``train_one_epoch``, so the numbers come from the
+series' own training loop:
+
+- ``compare_precisions``: fp32, bf16, fp16 with or without GradScaler, channels_last; speed (median
+  of interleaved repeats), peak memory split into persistent and transient, final test accuracy;
+- ``gradient_underflow`` and ``scaler_skip_demo``: why fp16 needs a GradScaler, and what it does
+  when the scale is too large (inf gradients -> the step is skipped, the scale halves);
+- ``accumulated_gradients`` and ``accumulation_memory``: k micro-batches give the big batch's
+  gradient at a fraction of its activation memory;
+- ``check_amp_strict``: ``train.check_amp`` plus a clear message for an unknown dtype and a check
+  that autocast really ran in the requested dtype (CPU autocast may warn and disable itself).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+import statistics
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from mnist_helpers.train import AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, train_one_epoch
+from mnist_helpers.memory import MiB, _as_device, current_bytes, graph_nodes, peak_memory, rss_peak_bytes
+
+# name -> (TrainConfig.amp, use GradScaler, channels_last)
+MODES = {
+    "fp32": ("none", False, False),
+    "bf16": ("bf16", False, False),
+    "fp16+scaler": ("fp16", True, False),
+    "fp16 no scaler": ("fp16", False, False),
+    "fp32 channels_last": ("none", False, True),
+    "bf16 channels_last": ("bf16", False, True),
+}
+
+
+def check_amp_strict(amp: str, device) -> None:
+    """Kept for notebook 05's vocabulary: ``train.check_amp`` now does the strict checks itself."""
+    check_amp(amp, torch.device(device))
+
+
+def supported_amp(device) -> dict:
+    """{amp: None if it works here, else the reason} for none, bf16 and fp16."""
+    out = {}
+    for amp in AMP_DTYPES:
+        try:
+            check_amp_strict(amp, device)
+            out[amp] = None
+        except ValueError as e:
+            out[amp] = str(e)
+    return out
+
+
+def deprecated_amp_warnings() -> list[dict]:
+    """Run the article's spelling (``torch.cuda.amp.autocast()``, ``torch.cuda.amp.GradScaler()``)
+    and return the deprecation warnings it raises: [{"call", "category", "message"}]."""
+    def article_autocast():
+        with torch.cuda.amp.autocast():  # the article's spelling (on a CPU-only machine it also disables itself)
+            pass
+
+    rows = []
+    for call, run in {"torch.cuda.amp.autocast()": article_autocast,
+                      "torch.cuda.amp.GradScaler()": torch.cuda.amp.GradScaler}.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            run()
+        for w in caught:
+            if issubclass(w.category, (FutureWarning, DeprecationWarning)):
+                rows.append({"call": call, "category": w.category.__name__, "message": str(w.message)})
+    return rows
+
+
+# --------------------------------------------------------------------------- speed, memory, accuracy
+
+def _stream(X, y, batch_size, seed):
+    """Endless shuffled batches, the same order for every mode (same seed)."""
+    from mnist_helpers.data import TensorBatches
+
+    batches = TensorBatches(X, y, batch_size, shuffle=True, drop_last=True, seed=seed)
+    for epoch in itertools.count():
+        batches.set_epoch(epoch)
+        yield from batches
+
+
+def _setup(mode: str, model: str, batch_size: int, lr: float, seed: int, device):
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
+    amp, scaler, channels_last = MODES[mode]
+    check_amp_strict(amp, device)
+    cfg = TrainConfig(model=model, batch_size=batch_size, amp=amp, channels_last=channels_last, lr=lr, seed=seed)
+    tr = build_training(cfg, device, steps_per_epoch=1)
+    if amp == "fp16" and not scaler:
+        tr.scaler = None  # fp16 without loss scaling: what the GradScaler protects against
+    return cfg, tr
+
+
+def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None, model: str = "net",
+                       batch_size: int = 512, warmup: int = 2, repeats: int = 3, chunk: int = 5,
+                       memory: bool = True, lr: float = 1e-3, seed: int = 0, device="cpu",
+                       models: dict | None = None) -> list[dict]:
+    """Train one model per mode side by side on the same batches and measure them.
+
+    Each mode: ``warmup`` steps, then ``repeats`` timed blocks of ``chunk`` steps, interleaved across
+    modes (so a busy machine slows all modes alike); images/s is the median block. ``memory``: one
+    extra step measured by ``peak_memory`` (persistent vs transient). Then test accuracy (if a test
+    set is given) after the ``warmup + repeats * chunk`` steps every mode trained.
+    Rows: mode, amp, scaler, channels_last, batch_size, steps, images_per_s, speedup (vs the first
+    mode), peak/persistent/transient MiB and the transient ratio vs the first mode, skipped steps,
+    test_acc. Pass a dict as ``models`` to get the trained models back, by mode.
+    """
+    for name, v in (("warmup", warmup), ("chunk", chunk), ("repeats", repeats), ("batch_size", batch_size)):
+        if not isinstance(v, int) or v < (0 if name == "warmup" else 1):
+            raise ValueError(f"{name} must be a {'non-negative' if name == 'warmup' else 'positive'} integer, got {v!r}")
+    if batch_size > len(X):
+        raise ValueError(f"batch_size ({batch_size}) is larger than the training set ({len(X)}); use a smaller batch")
+    device = torch.device(device)
+    runs = {}
+    for mode in modes:
+        cfg, tr = _setup(mode, model, batch_size, lr, seed, device)
+        runs[mode] = {"cfg": cfg, "tr": tr, "data": _stream(X.to(device), y.to(device), batch_size, seed),
+                      "speeds": [], "skipped": 0}
+
+    def steps(run, n):
+        scaler = run["tr"].scaler
+        before = scaler.get_scale() if scaler else None
+        stats = train_one_epoch(run["tr"], itertools.islice(run["data"], n), run["cfg"])
+        if scaler and scaler.get_scale() < before:  # GradScaler halves the scale when it skips a step
+            run["skipped"] += 1
+        return stats
+
+    for run in runs.values():
+        if warmup:
+            steps(run, warmup)
+    for _ in range(repeats):
+        for run in runs.values():
+            run["speeds"].append(steps(run, chunk)["images_per_s"])
+    rows = []
+    for mode, run in runs.items():
+        amp, scaler, channels_last = MODES[mode]
+        row = {"mode": mode, "amp": amp, "scaler": scaler, "channels_last": channels_last, "batch_size": batch_size,
+               "steps": warmup + repeats * chunk, "images_per_s": statistics.median(run["speeds"])}
+        if memory:
+            batch = next(run["data"])  # a copy taken outside the measurement: the dataset is not counted
+            rep = peak_memory(lambda: train_one_epoch(run["tr"], [batch], run["cfg"]), device)
+            row.update(peak_mib=rep.mib("peak"), persistent_mib=rep.mib("persistent"),
+                       transient_mib=rep.mib("transient"), memory_method=rep.method,
+                       **{f"{k}_mib": v / MiB for k, v in rep.by_category.items()})
+        row["skipped_steps"] = run["skipped"]
+        if X_test is not None:
+            ev = evaluate(run["tr"].model, X_test.to(device), y_test.to(device), 1000, amp, channels_last)
+            row["test_acc"] = ev["acc"]
+        rows.append(row)
+        if models is not None:
+            models[mode] = run["tr"].model
+    base = rows[0]
+    for row in rows:
+        row["speedup"] = row["images_per_s"] / base["images_per_s"]
+        if memory:
+            row["peak_ratio"] = row["peak_mib"] / base["peak_mib"]
+            row["transient_ratio"] = row["transient_mib"] / base["transient_mib"]
+    return rows
+
+
+# --------------------------------------------------------------------------- fp16 and the GradScaler
+
+def _grads(model) -> torch.Tensor:
+    return torch.cat([p.grad.detach().flatten().float() for p in model.parameters() if p.grad is not None])
+
+
+def gradient_underflow(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor,
+                       scales=(1.0, 2.0**16), device_type: str | None = None) -> list[dict]:
+    """Compare fp16-autocast gradients with the fp32 gradient of the same batch.
+
+    For each loss ``scale`` the loss is multiplied before backward and the gradient divided after
+    (what GradScaler does). Rows: scale, underflow_frac (entries nonzero in fp32 that came out
+    exactly zero), rel_error (||g16 - g32|| / ||g32||), nonfinite (inf/nan entries).
+    """
+    device_type = device_type or X.device.type
+    model.zero_grad(set_to_none=True)
+    F.nll_loss(model(X).float(), y).backward()
+    ref = _grads(model)
+    rows = []
+    for scale in scales:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=torch.float16):
+            loss = F.nll_loss(model(X).float(), y)
+        (loss * scale).backward()
+        g = _grads(model) / scale
+        nonzero = ref != 0
+        rows.append({"scale": scale, "underflow_frac": float(((g == 0) & nonzero).sum() / nonzero.sum()),
+                     "rel_error": float((g - ref).norm() / ref.norm()),
+                     "nonfinite": int((~torch.isfinite(g)).sum())})
+    model.zero_grad(set_to_none=True)
+    return rows
+
+
+def scaler_skip_demo(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, init_scale: float = 2.0**24,
+                     num_steps: int = 6, lr: float = 1e-3) -> list[dict]:
+    """fp16 steps with a GradScaler whose scale starts too high: scaled gradients overflow to inf,
+    ``scaler.step`` skips the update (weights unchanged) and ``update()`` halves the scale, until the
+    gradients fit. Rows per step: step, scale, found_inf, skipped (weights unchanged), loss."""
+    device_type = X.device.type
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    scaler = torch.amp.GradScaler(device_type, init_scale=init_scale, growth_interval=1000)
+    rows = []
+    for step in range(1, num_steps + 1):
+        before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type, dtype=torch.float16):
+            loss = F.nll_loss(model(X).float(), y)
+        scale = scaler.get_scale()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        found_inf = any(not torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+        scaler.step(opt)
+        scaler.update()
+        after = torch.cat([p.detach().flatten() for p in model.parameters()])
+        rows.append({"step": step, "scale": scale, "found_inf": bool(found_inf),
+                     "skipped": bool(torch.equal(before, after)), "loss": float(loss.detach())})
+    return rows
+
+
+# --------------------------------------------------------------------------- gradient accumulation
+
+def accumulated_gradients(model_name: str, X: torch.Tensor, y: torch.Tensor, grad_accum: int, seed: int = 0,
+                          amp: str = "none") -> torch.Tensor:
+    """The gradient ``train_one_epoch`` builds for one optimizer step over (X, y) in ``grad_accum``
+    micro-batches (flattened, taken before the optimizer would use it: lr makes no difference here)."""
+    cfg = TrainConfig(model=model_name, batch_size=len(X), grad_accum=grad_accum, optimizer="sgd", lr=1e-3,
+                      seed=seed, amp=amp)
+    tr = build_training(cfg, X.device, steps_per_epoch=1)
+    tr.optimizer.step = lambda *a, **k: None  # keep the weights: we want the gradient of the same point
+    train_one_epoch(tr, [(X, y)], cfg)
+    return _grads(tr.model)
+
+
+def accumulation_memory(k_values=(1, 2, 4, 8), *, X: torch.Tensor, y: torch.Tensor, model: str = "net",
+                        amp: str = "none", seed: int = 0) -> list[dict]:
+    """One optimizer step over the batch (X, y) split into k micro-batches, for each k: peak memory
+    (persistent vs transient) and the gradient's largest difference from k=1's.
+    Rows: k, micro_batch, peak_mib, persistent_mib, transient_mib, transient_ratio, max_grad_diff."""
+    n = len(X)
+    for k in k_values:
+        if not isinstance(k, int) or k < 1 or n % k:
+            raise ValueError(f"every k must be a positive integer dividing the batch ({n}); got {k!r}")
+    rows, ref = [], None
+    for k in k_values:
+        cfg = TrainConfig(model=model, batch_size=n, grad_accum=k, amp=amp, seed=seed)
+        tr = build_training(cfg, X.device, steps_per_epoch=1)
+        train_one_epoch(tr, [(X, y)], cfg)  # warm-up: Adam's moments exist from here on
+        rep = peak_memory(lambda: train_one_epoch(tr, [(X, y)], cfg), X.device)
+        g = accumulated_gradients(model, X, y, k, seed, amp)
+        ref = g if ref is None else ref
+        rows.append({"k": k, "micro_batch": n // k, "peak_mib": rep.mib("peak"),
+                     "persistent_mib": rep.mib("persistent"), "transient_mib": rep.mib("transient"),
+                     "max_grad_diff": float((g - ref).abs().max())})
+    for row in rows:
+        row["transient_ratio"] = row["transient_mib"] / rows[0]["transient_mib"]
+    return rows
+
+
+# --------------------------------------------------------------------------- the notebook's experiments
+
+def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = True, batch_size: int = 64,
+              device: str = "cpu", model: str = "net", seed: int = 0) -> dict:
+    """Run ``num_steps`` batches summing the loss for logging; record memory in use after each batch.
+
+    ``accumulate="tensor"`` sums the loss *tensor* (``total += loss``): every batch's graph stays
+    reachable from ``total``. ``"item"`` sums ``loss.item()`` (a Python float): nothing is kept.
+    ``backward=True`` is a training loop: ``backward()`` frees the activations each graph saved, so
+    only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
+    ``torch.no_grad()``: then each kept graph still holds its saved activations.
+    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there.
+    """
+    import torch.nn.functional as F
+
+    from mnist_helpers.models import build_model
+
+    if accumulate not in ("tensor", "item"):
+        raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model).to(dev)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    X = torch.randn(batch_size, 1, 28, 28, device=dev)
+    y = torch.randint(0, 10, (batch_size,), device=dev)
+    total = 0.0
+    used = []
+    for _ in range(num_steps):
+        loss = F.nll_loss(net(X), y)
+        if backward:
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        total = total + (loss.item() if accumulate == "item" else loss)
+        del loss
+        used.append(current_bytes(dev))
+    return {"accumulate": accumulate, "backward": backward, "bytes_after_step": used,
+            "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1),
+            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(getattr(total, "detach", lambda: total)()) / num_steps}
+
+
+def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
+    """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
+    while small tensors that outlive the step pin the segments; report the caching allocator's
+    reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
+    ``run_isolated`` (the setting is read once, when CUDA initialises)."""
+    if not torch.cuda.is_available():
+        raise ValueError("allocator_fragmentation needs a CUDA device; on CPU read the reference results")
+    dev = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats(dev)
+    kept = []
+    for i in range(num_steps):
+        size = (base_mib + 9 * (i % 7) + i) * MiB  # irregular sizes, slowly growing
+        batch = torch.empty(size, dtype=torch.uint8, device=dev)
+        kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device=dev))  # outlives the step
+        batch.fill_(1)
+        del batch
+    torch.cuda.synchronize(dev)
+    stats = torch.cuda.memory_stats(dev)
+    return {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+            "peak_allocated_mib": stats["allocated_bytes.all.peak"] / MiB,
+            "peak_reserved_mib": stats["reserved_bytes.all.peak"] / MiB,
+            "reserved_now_mib": torch.cuda.memory_reserved(dev) / MiB,
+            "allocated_now_mib": torch.cuda.memory_allocated(dev) / MiB,
+            "segments": stats.get("segment.all.current"), "gpu": torch.cuda.get_device_name(dev)}
+
+
+def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "net") -> dict:
+    """CUDA only: time training steps with and without ``torch.cuda.empty_cache()`` after each one
+    (median ms per step, interleaved blocks so both see the same machine state)."""
+    if not torch.cuda.is_available():
+        raise ValueError("empty_cache_cost needs a CUDA device; on CPU read the reference results")
+    import statistics
+
+    import torch.nn.functional as F
+
+    from mnist_helpers.models import build_model
+
+    dev = torch.device("cuda")
+    net = build_model(model).to(dev)
+    opt = torch.optim.Adam(net.parameters())
+    X = torch.randn(batch_size, 1, 28, 28, device=dev)
+    y = torch.randint(0, 10, (batch_size,), device=dev)
+
+    def block(empty: bool, n: int) -> float:
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            F.nll_loss(net(X), y).backward()
+            opt.step()
+            if empty:
+                torch.cuda.empty_cache()
+        torch.cuda.synchronize(dev)
+        return (time.perf_counter() - t0) / n * 1e3
+
+    block(False, 10)  # warm-up: cuDNN autotuning, allocator pool
+    times = {False: [], True: []}
+    for _ in range(5):
+        for empty in (False, True):
+            times[empty].append(block(empty, num_steps))
+    plain, emptied = statistics.median(times[False]), statistics.median(times[True])
+    return {"ms_per_step": plain, "ms_per_step_empty_cache": emptied, "slowdown": emptied / plain,
+            "gpu": torch.cuda.get_device_name(dev)}

@@ -1,0 +1,758 @@
+"""Every error of the article's troubleshooting section, reproduced for real (introduced in 08_troubleshooting).
+
+One function per problem. Each runs the broken program in a subprocess (through
+``mnist_helpers.launch.torchrun`` where a process group is involved), catches the failure, reads
+the message, applies the fix, runs again, and returns a :class:`Repro` record::
+
+    Repro(name, error, diagnosis, fix, fixed_ok, details)
+
+``error`` is the line of the real message that tells what happened; ``fixed_ok`` says whether the
+fixed run passed (``None`` when the problem cannot be shown on this machine, e.g. CUDA-only ones);
+``details`` holds the measurements. The bug programs are ``mnist_helpers/workers/bugs/*.py``;
+each docstring gives the command that reproduces it in a terminal.
+
+Each torchrun launch starts Python and imports torch in every process: several seconds on a small
+CPU. The functions keep process counts and timeouts small for that reason.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from mnist_helpers.launch import LaunchError, torchrun
+from mnist_helpers.memory import is_oom
+from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class Repro:
+    """One reproduced problem: the real error line, why it happens, what fixes it, whether the fix passed."""
+    name: str
+    error: str               # the telling line of the real message (empty if the bug is silent)
+    diagnosis: str           # why it happens / how we found it
+    fix: str                 # what we changed
+    fixed_ok: bool | None    # the fixed run passed (None: cannot be shown on this machine)
+    details: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def show(self, width: int = 110) -> None:
+        def wrap(text: str) -> str:
+            return "\n".join(line[:width] + (" ..." if len(line) > width else "") for line in text.splitlines())
+        status = {True: "PASSES", False: "STILL FAILS", None: "not shown on this machine"}[self.fixed_ok]
+        print(f"== {self.name}\n   error     : {wrap(self.error) or '(silent: no error is raised)'}\n"
+              f"   diagnosis : {self.diagnosis}\n   fix       : {self.fix}\n   fixed run : {status}")
+
+
+def telling_line(text: str, pattern: str) -> str:
+    """The first line of ``text`` matching the regex ``pattern`` (case-insensitive), stripped of prefixes."""
+    for line in text.splitlines():
+        if re.search(pattern, line, re.I):
+            return re.sub(r"^(\[(torchrun|rank \d+)\] )?(\[rank\d+\]: ?)?", "", line).strip()
+    return ""
+
+
+def expect_launch_failure(module: str, args=(), nproc: int = 1, env: dict | None = None,
+                          timeout: float = 120, device: str = "cpu") -> LaunchError:
+    """Launch ``module`` under torchrun and return the LaunchError it must raise (AssertionError if it passes)."""
+    try:
+        torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=False, provision=False,
+                 device=device)
+    except LaunchError as err:
+        return err
+    raise AssertionError(f"{module} {' '.join(map(str, args))} was expected to fail but passed")
+
+
+def launch_ok(module: str, args=(), nproc: int = 1, env: dict | None = None, timeout: float = 120,
+              capture: list | None = None, device: str = "cpu") -> dict:
+    """Launch ``module`` under torchrun; return rank 0's JSON (``{}`` if none). LaunchError propagates.
+
+    ``capture``: a list that receives the run's output lines (the launcher's echo, kept off the screen).
+    """
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf) if capture is not None else contextlib.nullcontext():
+        res = torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=capture is not None,
+                       provision=False, device=device) or {}
+    if capture is not None:
+        capture.extend(buf.getvalue().splitlines())
+    return res
+
+
+def evidence(err: LaunchError) -> dict:
+    """What a record keeps of a failed launch: the command to paste into a terminal, the failing rank, its cause."""
+    import shlex
+
+    return {"bug_command": shlex.join(err.command), "failing_rank": err.rank, "root_cause": err.root_cause[:1200]}
+
+
+# --------------------------------------------------------------------------- 1. Address already in use
+
+def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
+    """A fixed MASTER_PORT held by another process -> EADDRINUSE; find the holder; rerun without a fixed port."""
+    module = "mnist_helpers.workers.bugs.port_in_use"
+    with hold_port() as (port, holder):
+        err = expect_launch_failure(module, ["--master_port", port, "--timeout", 15], nproc=nproc, timeout=timeout)
+        holders = find_port_holders(port)
+    freed = port_is_free(port)  # the holder (our own process) was stopped on leaving the block
+    fixed = launch_ok(module, nproc=nproc, timeout=timeout)  # no --master_port: torchrun's rendezvous picked one
+    error = telling_line(err.root_cause + "\n" + err.output, r"EADDRINUSE|address already in use")
+    who = ", ".join(f"pid {h['pid']} ({h['name']}: {h['cmdline']})" for h in holders) or "nobody visible"
+    return Repro(
+        "Address already in use", error,
+        f"rank 0 hosts the rendezvous store on MASTER_PORT={port}, but another process listens there: {who}",
+        "stop the holder, or do not fix the port: torchrun --standalone binds port 0 and the OS picks a free one "
+        f"(the fixed run used port {fixed.get('master_port')})",
+        bool(fixed) and fixed.get("all_reduce") == nproc,
+        {"port": port, "holders": holders, "port_free_after_stopping_holder": freed,
+         "fixed_master_port": fixed.get("master_port"), **evidence(err)})
+
+
+# --------------------------------------------------------------------------- 2. backend errors
+
+def loopback_interface() -> str:
+    """The name of the interface that carries 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(getattr(a, "address", None) == "127.0.0.1" for a in addrs):
+            return name
+    return "lo"
+
+
+DEBUG_ENV = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL", "TORCH_CPP_LOG_LEVEL": "INFO"}
+
+
+def backend_interface(nproc: int = 2, bad_ifname: str = "eth-typo9", timeout: float = 120) -> Repro:
+    """gloo told to use a network interface that does not exist; read the error; name the right one.
+
+    The fixed run also sets ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` and ``TORCH_CPP_LOG_LEVEL=INFO`` so
+    the output shows what those add (the store's address, each collective's fingerprint).
+    """
+    import psutil
+
+    module = "mnist_helpers.workers.bugs.collective_mismatch"
+    err = expect_launch_failure(module, ["--fix"], nproc=nproc, env={"GLOO_SOCKET_IFNAME": bad_ifname},
+                                timeout=timeout)
+    good = loopback_interface()
+    env = {"GLOO_SOCKET_IFNAME": good, **DEBUG_ENV}
+    lines: list[str] = []
+    fixed_err = None
+    try:
+        fixed = launch_ok(module, ["--fix"], nproc=nproc, env=env, timeout=timeout, capture=lines)
+    except LaunchError as e:  # reported in the record, not hidden
+        fixed, fixed_err = {}, e
+    return Repro(
+        "gloo: wrong network interface", telling_line(err.root_cause + "\n" + err.output, r"Unable to find address"),
+        f"GLOO_SOCKET_IFNAME={bad_ifname} names no interface on this machine; it has "
+        f"{', '.join(sorted(psutil.net_if_addrs()))}",
+        f"GLOO_SOCKET_IFNAME={good} (or unset it: gloo picks the interface of the host name); on GPU read NCCL's "
+        "choice with NCCL_DEBUG=INFO and set NCCL_SOCKET_IFNAME the same way",
+        bool(fixed) and fixed_err is None,
+        {"interfaces": sorted(psutil.net_if_addrs()), "fixed_env": env, "fixed_result": fixed,
+         "fixed_error": str(fixed_err) if fixed_err else None, "debug_lines": debug_log_lines("\n".join(lines)),
+         "fixed_output_lines": len(lines), **evidence(err)})
+
+
+def debug_log_lines(output: str, limit: int = 6) -> list[str]:
+    """The lines that TORCH_DISTRIBUTED_DEBUG=DETAIL / TORCH_CPP_LOG_LEVEL=INFO add, a few of each kind."""
+    kinds = [r"debug level is set", r"server has started|TCP client connected", r"Running collective"]
+    picked = []
+    for pattern in kinds:
+        picked += [ln[:200] for ln in output.splitlines() if re.search(pattern, ln)][:2]
+    return picked[:limit]
+
+
+# --------------------------------------------------------------------------- 3. unused parameters
+
+def unused_parameters(nproc: int = 2, steps: int = 20, warmup: int = 3, timeout: float = 180) -> Repro:
+    """DDP with a branch forward never calls -> "Expected to have finished reduction"; three fixes, timed."""
+    module = "mnist_helpers.workers.bugs.unused_param"
+    # INFO is enough to name the parameters (DETAIL crashed in this case with torch 2.14.1 on CPU)
+    err = expect_launch_failure(module, ["--steps", 2, "--warmup", 0], nproc=nproc,
+                                env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, timeout=timeout)
+    text = err.root_cause + "\n" + err.output
+    named = telling_line(text, r"Parameters which did not receive grad|did not receive grad")
+    fixed = launch_ok(module, ["--fix", "all", "--steps", steps, "--warmup", warmup], nproc=nproc, timeout=timeout)
+    rows = {r["fix"]: r["median_step_ms"] for r in fixed.get("rows", [])}
+    cost = rows["find_unused"] / rows["freeze"] if rows.get("freeze") else None
+    return Repro(
+        "Expected to have finished reduction in the prior iteration",
+        telling_line(text, r"Expected to have finished reduction"),
+        "the auxiliary head is never called in forward, so its gradients never arrive and DDP's reduction of "
+        f"their bucket never finishes; TORCH_DISTRIBUTED_DEBUG=INFO names them: {named or '(not shown)'}",
+        "use the branch, or freeze it (requires_grad_(False)), or DDP(find_unused_parameters=True), which "
+        "searches the autograd graph after every forward",
+        set(rows) == {"freeze", "find_unused", "use"},
+        {"median_step_ms": rows, "find_unused_over_freeze": cost, "steps": steps, "world_size": fixed.get("world_size"),
+         **evidence(err)})
+
+
+# --------------------------------------------------------------------------- 4. collective mismatch / hang
+
+def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: dict | None = None,
+                        launch_timeout: float = 120) -> Repro:
+    """One rank skips an all_reduce: a hang that a short timeout turns into an error; DETAIL names it.
+
+    ``fixed_result``: the JSON of a passing ``bug_collective_mismatch --fix`` run made already (e.g.
+    by :func:`backend_interface`), to save one launch.
+    """
+    module = "mnist_helpers.workers.bugs.collective_mismatch"
+    t0 = time.perf_counter()
+    hang = expect_launch_failure(module, ["--where", "end", "--timeout", timeout_s], nproc=nproc,
+                                 timeout=launch_timeout)
+    hang_s = time.perf_counter() - t0
+    named = expect_launch_failure(module, ["--where", "loop", "--timeout", timeout_s], nproc=nproc,
+                                  env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=launch_timeout)
+    if fixed_result is None:
+        fixed_result = launch_ok(module, ["--fix", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+    detail = telling_line(named.root_cause + "\n" + named.output, r"Detected mismatch between collectives")
+    differ = telling_line(named.root_cause + "\n" + named.output, r"Collectives differ in the following")
+    return Repro(
+        "collective mismatch (hang)",
+        telling_line(hang.root_cause + "\n" + hang.output, r"Timed out waiting|timed out|Timeout"),
+        "rank 0 reduced the log values inside `if rank == 0`, so it waits in an all_reduce that rank 1 never "
+        f"calls; with timeout={timeout_s:g} s the wait became an error (default: 30 min). DETAIL, run with the "
+        f"bug inside the loop, names it: {re.sub(r'TensorDeviceTypes=TensorOptions[(].*?[)][)]', '...)', detail)[:300]}",
+        "call every collective on every rank, in the same order, with the same shapes (here: all ranks reduce "
+        "the log values)",
+        bool(fixed_result) and fixed_result.get("world_size") == nproc,
+        {"hang_launch_seconds": hang_s, "timeout_s": timeout_s, "detail_line": detail,
+         "differ_line": re.sub(r"^.*(Collectives differ)", r"\1", differ), "detail_command": evidence(named)["bug_command"],
+         **evidence(hang)})
+
+
+# --------------------------------------------------------------------------- 5. out of memory
+
+def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1, model: str = "net",
+                  timeout: float = 300, device: str = "auto") -> Repro:
+    """One training step that does not fit a memory cap; the fix halves to a micro-batch and accumulates.
+
+    ``device="auto"``: on a GPU the cap is ``set_per_process_memory_fraction`` and the error CUDA's own."""
+    module = "mnist_helpers.workers.bugs.oom"
+    args = ["--model", model, "--batch_size", batch_size, "--budget_mib", budget_mib]
+    from mnist_helpers.lessons.l08_troubleshooting import MALLOC_ENV
+
+    err = expect_launch_failure(module, args, nproc=1, env=MALLOC_ENV, timeout=timeout, device=device)
+    fixed = launch_ok(module, [*args, "--fix", "find", "--steps", steps], nproc=1, env=MALLOC_ENV, timeout=timeout,
+                      device=device)
+    error = telling_line(err.root_cause + "\n" + err.output,
+                         r"can't allocate memory|CUDA out of memory|OutOfMemoryError")
+    cap = "set_per_process_memory_fraction" if "cuda" in fixed.get("device", "") else "RLIMIT_AS (address space)"
+    return Repro(
+        "out of memory", error,
+        f"one step of {model} at batch {batch_size} needs more than the {budget_mib} MiB the process may add "
+        f"(capped with {cap})",
+        f"halve until it fits (mnist_helpers.lessons.l08_troubleshooting): micro-batch {fixed.get('micro_batch_size')} x "
+        f"{fixed.get('grad_accum')} accumulation steps = the same batch of {batch_size}",
+        bool(fixed.get("losses")),
+        {"tried": fixed.get("tried"), "micro_batch_size": fixed.get("micro_batch_size"),
+         "grad_accum": fixed.get("grad_accum"), "limit": fixed.get("limit"), "losses": fixed.get("losses"),
+         **evidence(err)})
+
+
+def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu") -> list[dict]:
+    """The article's OOM checklist as code: each item measured on this machine, with what to do.
+
+    Items: who holds memory; the state (weights, grads, Adam) vs the batch's activations; halving the
+    batch; gradient accumulation (memory for one micro-batch, not for the whole batch); losses kept
+    as tensors; mixed precision (bf16 autocast on CPU, fp16/bf16 on CUDA).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    from mnist_helpers.io import MiB
+    from mnist_helpers.memory import graph_nodes, peak_memory
+    from mnist_helpers.models import build_model
+
+    dev = torch.device(device)
+    torch.manual_seed(0)
+    net = build_model(model).to(dev)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+
+    def step(bs: int, amp: bool = False, accum: int = 1):
+        def fn():
+            opt.zero_grad(set_to_none=True)
+            for _ in range(accum):
+                X = torch.randn(bs // accum, 1, 28, 28, device=dev)
+                y = torch.randint(0, 10, (bs // accum,), device=dev)
+                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
+                    loss = F.nll_loss(net(X), y) / accum
+                loss.backward()
+            opt.step()
+        return fn
+
+    step(8)()  # optimizer state exists before measuring
+    full = peak_memory(step(batch_size), dev)
+    half = peak_memory(step(batch_size // 2), dev)
+    accum = peak_memory(step(batch_size, accum=4), dev)
+    amp = peak_memory(step(batch_size, amp=True), dev)
+    kept = 0.0
+    for _ in range(3):
+        X = torch.randn(8, 1, 28, 28, device=dev)
+        kept = kept + F.nll_loss(net(X), torch.zeros(8, dtype=torch.long, device=dev))
+    import psutil
+
+    vm = psutil.virtual_memory()
+    top = max(psutil.process_iter(["pid", "name", "memory_info"]),
+              key=lambda p: p.info["memory_info"].rss if p.info["memory_info"] else 0)
+    holders = (f"{torch.cuda.memory_allocated(dev) / MiB:,.0f} MiB allocated by this process; nvidia-smi lists the "
+               "others" if dev.type == "cuda" else
+               f"{vm.available / 2**30:.1f} of {vm.total / 2**30:.1f} GiB available; largest process: "
+               f"{top.info['name']} (pid {top.info['pid']}, {top.info['memory_info'].rss / MiB:,.0f} MiB)")
+
+    def mib(r):
+        return r.peak_bytes / MiB
+    return [
+        {"check": "who holds memory", "measured": holders,
+         "do": "nvidia-smi (GPU) / free -h (CPU): stop stale runs before shrinking anything", "ratio": None},
+        {"check": f"batch {batch_size}: peak vs state", "measured": f"peak {mib(full):,.0f} MiB, of which "
+         f"{full.persistent_bytes / MiB:,.0f} MiB weights+grads+Adam+batch", "do": "activations scale with the batch",
+         "ratio": 1.0, "peak_mib": mib(full)},
+        {"check": "halve the batch", "measured": f"peak {mib(half):,.0f} MiB at {batch_size // 2} "
+         f"({mib(half) / mib(full):.2f}x)", "do": "mnist_helpers.lessons.l08_troubleshooting halves until it fits",
+         "ratio": mib(half) / mib(full)},
+        {"check": "gradient accumulation", "measured": f"peak {mib(accum):,.0f} MiB for batch {batch_size} as "
+         f"4 x {batch_size // 4} ({mib(accum) / mib(full):.2f}x)",
+         "do": "accumulate micro-batches to keep the effective batch in less memory", "ratio": mib(accum) / mib(full)},
+        {"check": "losses kept as tensors", "measured": f"3 summed losses keep {graph_nodes(kept)} autograd nodes alive",
+         "do": "accumulate loss.item() (a float), or loss.detach()", "ratio": None, "nodes": graph_nodes(kept)},
+        {"check": "mixed precision", "measured": f"peak {mib(amp):,.0f} MiB with bf16 autocast "
+         f"({mib(amp) / mib(full):.2f}x)", "do": "torch.autocast (+ torch.amp.GradScaler for fp16) on GPU",
+         "ratio": mib(amp) / mib(full)},
+    ]
+
+
+# --------------------------------------------------------------------------- 6. loss kept as a tensor
+
+def loss_accumulation(num_steps: int = 8, batch_size: int = 64) -> Repro:
+    """``total += loss`` keeps every step's graph; ``total += loss.item()`` does not (each in a fresh process)."""
+    from mnist_helpers.io import MiB
+    from mnist_helpers.memory import run_isolated
+
+    kw = dict(num_steps=num_steps, backward=False, batch_size=batch_size)
+    bad = run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", accumulate="tensor", **kw)["result"]
+    good = run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", accumulate="item", **kw)["result"]
+    return Repro(
+        "graphs kept alive by accumulating loss", "",
+        f"memory grows {bad['growth_per_step'] / MiB:,.1f} MiB per step and {bad['graph_nodes_kept']} autograd nodes "
+        "stay reachable: `total += loss` makes `total` a tensor whose graph reaches every step's graph and its saved "
+        "activations (here an evaluation loop without torch.no_grad(); with backward() only the nodes pile up)",
+        "`total += loss.item()` (and torch.no_grad() for evaluation)",
+        good["growth_per_step"] < bad["growth_per_step"] / 4 and good["graph_nodes_kept"] == 0,
+        {"tensor_growth_mib_per_step": bad["growth_per_step"] / MiB, "item_growth_mib_per_step":
+         good["growth_per_step"] / MiB, "tensor_nodes": bad["graph_nodes_kept"], "item_nodes": good["graph_nodes_kept"]})
+
+
+# --------------------------------------------------------------------------- 7. sampler pitfalls, download race
+
+def sampler_pitfalls(nproc: int = 3, train_steps: int = 2, timeout: float = 300) -> dict:
+    """The --local_rank, set_epoch and padding demos of 06 (``workers.demos``), in one launch; returns their summaries."""
+    res = launch_ok("mnist_helpers.workers.demos",
+                    ["--demos", "local_rank_bug,sampler,validation", "--train-steps", train_steps],
+                    nproc=nproc, timeout=timeout)
+    return {name: d["summary"] for name, d in res["demos"].items()}
+
+
+def set_epoch_repro(summary: dict) -> Repro:
+    same = summary["same_order_without_set_epoch"]
+    return Repro(
+        "forgetting set_epoch", "",
+        f"without set_epoch, DistributedSampler reshuffles with the same seed every epoch: {same:.0%} of positions "
+        "hold the same index in epochs 1, 2, 3 (the ranks see the same order every epoch)",
+        f"sampler.set_epoch(epoch) at the start of every epoch: then {summary['same_order_with_set_epoch']:.1%} "
+        "of positions repeat (chance level)",
+        same == 1.0 and summary["same_order_with_set_epoch"] < 0.01, summary)
+
+
+def padding_repro(summary: dict) -> Repro:
+    return Repro(
+        "evaluation padding", "",
+        f"DistributedSampler pads the test set to a multiple of world_size={summary['world_size']}: "
+        f"{summary['sampler_per_rank']} images per rank = {summary['sampler_count']:,} scored for "
+        f"{summary['test_images']:,} images",
+        "disjoint shards + all-reduced sums (mnist_helpers.distributed.evaluate_exact): "
+        f"{summary['exact_count']:,} images, same correct count as one process: {summary['exact_equals_single']}",
+        summary["exact_count"] == summary["test_images"] and summary["exact_equals_single"], summary)
+
+
+_NAIVE_WRITER = r"""
+import sys, time
+src, dst = sys.argv[1], sys.argv[2]
+data = open(src, "rb").read()
+with open(dst, "wb") as f:            # "wb" truncates whatever another rank has written so far
+    for i in range(0, len(data), 1 << 16):
+        f.write(data[i:i + (1 << 16)]); f.flush(); time.sleep(0.003)
+"""
+
+_SAFE_WRITER = r"""
+import sys, time
+from pathlib import Path
+from mnist_helpers.data import check_file, provision_lock
+from mnist_helpers.io import atomic_write
+root, src, dst = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+with provision_lock(root):                     # the lock ensure_mnist takes: one provisioner at a time
+    if check_file(dst) is None:
+        print("found valid", flush=True); sys.exit(0)
+    time.sleep(0.3)                   # as slow as the naive writers
+    atomic_write(dst, src.read_bytes())   # tmp + fsync + rename: readers never see a partial file
+    print("wrote", flush=True)
+"""
+
+
+def _race(writer: str, argv_for, dst: Path, n_writers: int, poll_s: float = 0.01) -> dict:
+    from mnist_helpers.data import check_file
+
+    procs = [subprocess.Popen([sys.executable, "-c", writer, *argv_for(i)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO)}) for i in range(n_writers)]
+    seen = {"missing": 0, "truncated": 0, "corrupt": 0, "valid": 0, "too long": 0}
+    first_bad = ""
+    while any(p.poll() is None for p in procs):
+        reason = check_file(dst)
+        key = "valid" if reason is None else next((k for k in seen if f" {k}" in reason), "corrupt")
+        seen[key] += 1
+        if key not in ("valid", "missing") and not first_bad:
+            first_bad = reason
+        time.sleep(poll_s)
+    outs = [p.communicate()[0].strip() for p in procs]
+    return {"reader_saw": seen, "final": check_file(dst) or "valid", "writers": outs, "first_bad": first_bad}
+
+
+def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> Repro:
+    """Two 'ranks' provision the same data file at once: naively, and with ensure_mnist's lock + atomic write.
+
+    A reader polls the file meanwhile (a rank that starts loading as soon as the file exists).
+    """
+    from mnist_helpers.data import raw_dir
+
+    src = raw_dir() / name
+    with tempfile.TemporaryDirectory(prefix="mnist_race_") as tmp:
+        naive_dst = Path(tmp) / "naive" / name
+        naive_dst.parent.mkdir()
+        naive = _race(_NAIVE_WRITER, lambda i: [str(src), str(naive_dst)], naive_dst, n_writers)
+        root = Path(tmp) / "safe"
+        safe_dst = raw_dir(root) / name
+        safe_dst.parent.mkdir(parents=True)
+        safe = _race(_SAFE_WRITER, lambda i: [str(root), str(src), str(safe_dst)], safe_dst, n_writers)
+    torn = naive["reader_saw"]["truncated"] + naive["reader_saw"]["corrupt"]
+    safe_torn = safe["reader_saw"]["truncated"] + safe["reader_saw"]["corrupt"]
+    return Repro(
+        "per-rank downloads racing on the data folder", naive["first_bad"].replace(str(naive_dst.parent) + "/", ""),
+        f"each rank opens the same path with 'wb' (truncating the other's bytes) and a reader can open it mid-write: "
+        f"a reader polling during the naive writes saw a partial or corrupt file {torn} times ({naive['reader_saw']})",
+        "provision once, before the ranks start (the launcher calls ensure_mnist), under a file lock, writing "
+        f"tmp + rename: the reader saw {safe['reader_saw']}; writers: {safe['writers']}",
+        safe_torn == 0 and safe["final"] == "valid" and safe["writers"].count("wrote") == 1,
+        {"naive": naive, "safe": safe})
+
+
+# --------------------------------------------------------------------------- 8. spawn / fork
+
+def spawn_main(nprocs: int = 2, timeout: float = 180) -> Repro:
+    """mp.spawn of a function defined in ``__main__`` without a file (what a notebook kernel is)."""
+    src = (REPO / "mnist_helpers" / "workers" / "bugs" / "spawn_main.py").read_text()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+
+    def run(*flags):  # the script's text with -c: __main__ has no file, as in a Jupyter kernel
+        return subprocess.run([sys.executable, "-c", src, "--nprocs", str(nprocs), *flags], text=True,
+                              capture_output=True, env=env, timeout=timeout)
+    bad, good = run(), run("--fix")
+    return Repro(
+        "Can't get attribute ... on <module '__main__'>", telling_line(bad.stderr + bad.stdout, r"Can't get attribute"),
+        "spawn starts fresh interpreters that unpickle the target by module + name; a notebook's functions live in "
+        "the kernel's __main__, which has no file the children can import",
+        "put the function in an importable module (here mnist_helpers.workers.bugs.spawn_main) or launch a worker "
+        "script with torchrun (mnist_helpers.launch)",
+        good.returncode == 0 and good.stdout.count("hello from spawned rank") == nprocs,
+        {"bug_returncode": bad.returncode, "fixed_returncode": good.returncode, "fixed_stdout": good.stdout[-500:]})
+
+
+_CUDA_FORK = r"""
+import multiprocessing as mp, torch
+torch.zeros(1, device="cuda")           # CUDA is initialised in the parent ...
+def child(q):
+    try:
+        torch.zeros(1, device="cuda")   # ... and used again in a forked child
+        q.put("ok")
+    except Exception as e:
+        q.put(f"{type(e).__name__}: {e}")
+if __name__ == "__main__":
+    method = __import__("sys").argv[1]
+    ctx = mp.get_context(method); q = ctx.Queue(); p = ctx.Process(target=child, args=(q,)); p.start()
+    print(q.get(timeout=120)); p.join()
+"""
+
+
+def cuda_fork(timeout: float = 180) -> Repro:
+    """'Cannot re-initialize CUDA in forked subprocess' (GPU only; on CPU the record explains it)."""
+    import torch
+
+    diagnosis = ("fork copies the parent's memory but not its CUDA context: a child that touches CUDA after the "
+                 "parent initialised it fails (DataLoader workers and mp with the default 'fork' start method)")
+    fix = "start method 'spawn' (mp.set_start_method('spawn'), torchrun workers, DataLoader(multiprocessing_context='spawn')), or keep CUDA out of the parent before forking"
+    if not torch.cuda.is_available():
+        return Repro("Cannot re-initialize CUDA in forked subprocess",
+                     "(not reproducible here: no CUDA device; on a GPU this record shows the real message)",
+                     diagnosis, fix, None, {"cuda": False})
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp) / "cuda_fork.py"
+        script.write_text(_CUDA_FORK)
+        bad = subprocess.run([sys.executable, str(script), "fork"], capture_output=True, text=True, timeout=timeout)
+        good = subprocess.run([sys.executable, str(script), "spawn"], capture_output=True, text=True, timeout=timeout)
+    return Repro("Cannot re-initialize CUDA in forked subprocess",
+                 telling_line(bad.stdout + bad.stderr, r"re-initialize CUDA"), diagnosis, fix,
+                 good.stdout.strip() == "ok", {"cuda": True, "fork": bad.stdout.strip(), "spawn": good.stdout.strip()})
+
+
+# --------------------------------------------------------------------------- 10. --local_rank
+
+def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
+    """The article's ``--local_rank`` parser under the launchers: an argparse error, or a silent cuda:0 for all."""
+    script = str(REPO / "mnist_helpers" / "workers" / "bugs" / "local_rank.py")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+    def run(*flags):  # the deprecated launcher passes --local-rank=N (dashed since torch 2.0)
+        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", str(nproc),
+               "--master-port", str(free_port()), script, *flags]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    bad, good = run(), run("--fix")
+    return Repro(
+        "--local_rank argparse bug", telling_line(bad.stderr + bad.stdout, r"unrecognized arguments"),
+        "torch.distributed.launch passes --local-rank=N (dashed since torch 2.0) and the article's parser only "
+        "knows --local_rank; torchrun passes no argument at all, so the default 0 puts every process on cuda:0",
+        "read int(os.environ['LOCAL_RANK']) (torchrun and launch both set it); accept both spellings if you must "
+        "keep the flag",
+        good.returncode == 0 and "local_rank from the environment" in good.stdout,
+        {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
+
+
+# --------------------------------------------------------------------------- 9. loader starvation, /dev/shm
+
+def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 128, model: str = "fastnet",
+                      num_workers: int = 0, subset: int = 4096) -> Repro:
+    """The fraction of each training step spent waiting for data: the article's per-sample PIL loader
+    vs in-memory tensor batches (``mnist_helpers.lessons.l03_dataloader.train_with_loader`` of 03 does the timing)."""
+    from mnist_helpers.data import TensorBatches
+    from mnist_helpers.doctor import check_shm
+    from mnist_helpers.lessons.l03_dataloader import _dataset_tensors, make_dataset, make_loader, train_with_loader
+
+    from mnist_helpers.lessons.l03_dataloader import time_loader
+
+    ds = make_dataset("torchvision", subset=subset)
+    loader = make_loader(ds, batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
+    alone = time_loader(loader, epochs=1, max_batches=steps)["images_per_s"]  # the loader with no model
+    slow = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps)
+    del loader
+    X, y = _dataset_tensors(ds)
+    fast = train_with_loader(TensorBatches(X, y, batch_size), model=model, steps=steps, warmup_steps=warmup_steps)
+    shm = check_shm(num_workers=max(num_workers, 2), batch_size=batch_size)
+    bound = "the loader" if slow["wait_fraction"] > 0.3 else "the model's compute, not the loader,"
+    return Repro(
+        "loader starvation", "",
+        f"with the per-sample transforms in {num_workers or 'the main'} process(es), {slow['wait_fraction']:.0%} of "
+        f"each {model} step waits for data ({slow['images_per_s']:,.0f} img/s): {bound} limits this machine. The "
+        f"loader alone delivers {alone:,.0f} img/s, so any device that trains faster than that waits (on a GPU: "
+        "the 0-30% utilisation of nvidia-smi -l 1)",
+        f"decode once, keep the tensors in memory (TensorBatches): {fast['wait_fraction']:.0%} waiting, "
+        f"{fast['images_per_s']:,.0f} img/s; or DataLoader workers, which pass batches through /dev/shm "
+        f"({shm.level}: {shm.message})",
+        fast["wait_fraction"] < slow["wait_fraction"],
+        {"dataloader": slow, "tensor_batches": fast, "loader_alone_images_per_s": alone, "shm": shm.__dict__})
+
+
+# ==================================================================================================
+# Part from batch_finder.py
+# Find the largest batch that fits in memory by halving (introduced in 08_troubleshooting).
+#
+# ``find_batch_size(fits, start)`` tries ``start``, then ``start // 2``, ... until ``fits(batch_size)``
+# returns without an out-of-memory error, and returns what it tried. ``train_step_probe(model)`` makes
+# such a ``fits``: one forward + backward + optimizer step on a random MNIST-shaped batch.
+#
+# How the memory limit is made real, per device:
+#
+# - **CUDA**: the device's own memory; ``limit_memory(budget_bytes, device)`` caps it further with
+#   ``torch.cuda.set_per_process_memory_fraction`` so a big GPU can show the error too. The error is
+#   ``torch.OutOfMemoryError: CUDA out of memory``.
+# - **CPU**: there is no allocator cap, and a real out-of-memory on a shared machine would bring in the
+#   kernel's OOM killer. ``limit_memory`` sets ``resource.setrlimit(RLIMIT_AS)`` instead: the
+#   process's *virtual address space* may grow by ``budget_bytes`` over what it maps now, after which
+#   ``malloc`` fails and torch raises ``RuntimeError: DefaultCPUAllocator: can't allocate memory``.
+#   The limit is on address space, not on resident memory: it also counts the allocator's slack and
+#   any thread stacks created later, so treat the budget as approximate. It cannot be lifted again
+#   inside the process, so ``find_batch_size_limited`` runs the whole search in a fresh subprocess
+#   (``python -m mnist_helpers.lessons.l08_troubleshooting``), which is also how a notebook must use it; that process
+#   gets ``MALLOC_ENV`` (a fixed glibc mmap threshold, so freed tensors give their address space back).
+#
+#     python -m mnist_helpers.lessons.l08_troubleshooting --model net --start 4096 --budget_mib 600
+# ==================================================================================================
+
+
+import argparse
+import json
+import resource
+from typing import Callable
+
+MiB = 2**20
+# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
+# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
+# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
+def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1, repeats: int = 2) -> dict:
+    """Halve from ``start`` until ``fits(batch_size)`` runs ``repeats`` times without running out of memory.
+
+    Two repeats by default: the first step at a new size can pass while the second (gradients and
+    allocator state carried over) fails.
+
+    Returns ``{"batch_size": largest that fit (None if even min_batch_size failed), "tried": [{batch_size, ok,
+    error}]}``. Errors that are not out-of-memory are raised: a bug must not look like a big batch.
+    """
+    if not isinstance(start, int) or start < 1:
+        raise ValueError(f"start must be a positive integer batch size, got {start!r}")
+    if not isinstance(min_batch_size, int) or not 1 <= min_batch_size <= start:
+        raise ValueError(f"min_batch_size must be an integer in 1..start ({start}), got {min_batch_size!r}")
+    tried, batch_size = [], start
+    while batch_size >= min_batch_size:
+        try:
+            for _ in range(repeats):
+                fits(batch_size)
+        except Exception as exc:  # noqa: BLE001 - sorted just below
+            if not is_oom(exc):
+                raise
+            tried.append({"batch_size": batch_size, "ok": False, "error": str(exc).strip().splitlines()[0][:200]})
+            _release_cached()
+            batch_size //= 2
+            continue
+        tried.append({"batch_size": batch_size, "ok": True, "error": None})
+        return {"batch_size": batch_size, "tried": tried}
+    return {"batch_size": None, "tried": tried}
+
+
+def _release_cached() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()  # the failed step's tensors are garbage now (the exception's frames held them)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, seed: int = 0) -> Callable[[int], float]:
+    """A ``fits(batch_size)`` that runs one real training step (Adam, NLL loss) and returns the loss.
+
+    ``fits.model`` and ``fits.optimizer`` are the model and optimizer it trains: keep training those
+    after the search (under an address-space cap, memory freed by a failed try is not always returned
+    to the OS, so a second model may not fit where the first did)."""
+    import torch
+    import torch.nn.functional as F
+
+    from mnist_helpers.models import build_model
+
+    torch.manual_seed(seed)
+    net = build_model(model).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+
+    def fits(batch_size: int) -> float:
+        X = torch.randn(batch_size, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (batch_size,), device=device)
+        opt.zero_grad(set_to_none=True)
+        loss = F.nll_loss(net(X), y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    fits(2)  # create the optimizer state and start the thread pools before any limit is set
+    fits.model, fits.optimizer = net, opt  # so the caller can go on training the same model
+    return fits
+
+
+def address_space_bytes() -> int:
+    """This process's virtual memory size now (what RLIMIT_AS counts)."""
+    import psutil
+
+    return psutil.Process().memory_info().vms
+
+
+def limit_memory(budget_bytes: int, device: str = "cpu") -> dict:
+    """Let this process allocate about ``budget_bytes`` more, then fail with an out-of-memory error.
+
+    CPU: ``RLIMIT_AS`` = current address space + budget (cannot be raised again in this process).
+    CUDA: ``set_per_process_memory_fraction`` so that the cap is (memory in use now + budget).
+    Returns what was set, for the record.
+    """
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    import torch
+
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        total = torch.cuda.get_device_properties(dev).total_memory
+        cap = torch.cuda.memory_reserved(dev) + budget_bytes
+        fraction = min(1.0, cap / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, dev)
+        return {"method": "set_per_process_memory_fraction", "fraction": fraction, "cap_bytes": cap}
+    base = address_space_bytes()
+    limit = base + budget_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return {"method": "RLIMIT_AS", "base_vms_bytes": base, "limit_bytes": limit}
+
+
+def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: int = 600,
+                            min_batch_size: int = 1, timeout: float = 300) -> dict:
+    """``find_batch_size`` for one training step of ``model`` under a memory budget, in a fresh process.
+
+    CPU: the subprocess limits its own address space (``RLIMIT_AS``); CUDA: its memory fraction.
+    Returns the search plus ``"limit"`` (what was set) and ``"device"``.
+    """
+    cmd = [sys.executable, "-m", "mnist_helpers.lessons.l08_troubleshooting", "--model", model, "--start", str(start),
+           "--budget_mib", str(budget_mib), "--min_batch_size", str(min_batch_size), "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1"})
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"the batch-size search failed in its subprocess (exit code {proc.returncode}):\n"
+                           f"{(proc.stderr or proc.stdout)[-2000:]}")
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Largest training batch that fits in a memory budget (halving).")
+    ap.add_argument("--model", default="net")
+    ap.add_argument("--start", type=int, default=4096)
+    ap.add_argument("--min_batch_size", type=int, default=1)
+    ap.add_argument("--budget_mib", type=int, default=600, help="memory the step may add (MiB)")
+    ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    ap.add_argument("--json", action="store_true", help="print one JSON line only")
+    args = ap.parse_args(argv)
+    import torch
+
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    fits = train_step_probe(args.model, device)
+    limit = limit_memory(args.budget_mib * MiB, device)
+    result = {**find_batch_size(fits, args.start, args.min_batch_size), "limit": limit, "device": device,
+              "model": args.model, "budget_mib": args.budget_mib}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for row in result["tried"]:
+            print(f"batch {row['batch_size']:>6}: {'fits' if row['ok'] else 'out of memory: ' + row['error']}")
+        print(f"largest batch that fits in {args.budget_mib} MiB on {device}: {result['batch_size']}")
+    return 0 if result["batch_size"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

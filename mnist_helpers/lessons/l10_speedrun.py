@@ -1,0 +1,726 @@
+"""The speedrun: from the article's recipe to the fastest time-to-99% (introduced in 10_speedrun).
+
+A *recipe* is data (``Recipe``): what to train, on which data path, with which knobs. ``chain()`` is the
+notebook's ladder, each step one change on top of the previous one, labelled with the resource level it
+changes (the article's three levels: hardware, framework, task)::
+
+    article   the article's recipe: DataLoader + per-sample transforms, Net, Adam 1e-3, batch 128
+    tensors   in-memory tensors instead of a DataLoader                       (task: the data pipeline)
+    device    the tensors live in device memory (GPU only; on a CPU it is `tensors`)  (hardware)
+    onecycle  OneCycle learning-rate schedule (+ batch 512 on a GPU)           (task)
+    smallnet  a smaller net (SpeedNet, ~10x fewer FLOPs than Net)             (task: the model)
+    bf16      channels_last memory format + bfloat16 autocast                 (framework + task)
+    compile   torch.compile                                                   (framework)
+    graphs    CUDA graphs: the whole training step captured once, replayed    (framework, GPU only)
+
+``time_to_accuracy(recipe, targets, eval_every_steps, seed)`` trains and evaluates on the full test set every
+``eval_every_steps`` optimizer steps; it reports, per target, the *training* time to first reach it
+(evaluation excluded; CUDA events on a GPU) and the wall time separately (everything: data loading, worker
+start-up, compilation, evaluations). Compilation and CUDA-graph capture happen in a warm-up that is kept out
+of the training time and reported on its own (``setup_s``), as in KellerJordan/cifar10-airbench; the weights
+and optimizer state are reset to their initial values afterwards, so the timed run starts from scratch.
+
+``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
+load changes hurts every recipe alike) and ``summarize`` turns the runs into a table; the benchmark
+``scripts/bench_time_to_accuracy.py`` and ``scripts/device_check.sh`` are thin wrappers around them.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mnist_helpers.models import FastNet, Net, NetBN
+
+LEVELS = ("hardware", "framework", "task")
+DATA_PATHS = ("dataloader", "tensors", "device")
+AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# --------------------------------------------------------------------------- models
+
+class SpeedNet(nn.Module):
+    """FastNet tuned for a CPU speedrun: the same conv-BN-ReLU-pool blocks, narrower (``width`` -> 2x -> 4x
+    channels) and with a 5x5 first block so one layer sees a stroke. At width 12: 17,758 parameters and 2.5 MFLOP
+    per forward image (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Not registered in
+    ``models.MODELS``: build it with ``speedrun.build("speednet", width)``."""
+
+    def __init__(self, width: int = 12):
+        super().__init__()
+        w1, w2, w3 = width, 2 * width, 4 * width
+
+        def block(c_in, c_out, k):
+            return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False), nn.BatchNorm2d(c_out),
+                                 nn.ReLU(inplace=True), nn.MaxPool2d(2))
+
+        self.features = nn.Sequential(block(1, w1, 5), block(w1, w2, 3), block(w2, w3, 3))
+        self.head = nn.Linear(w3 * 3 * 3, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.head(torch.flatten(self.features(x), 1)), dim=1)
+
+
+SPEED_MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet}
+
+
+def build(name: str, width: int | None = None) -> nn.Module:
+    """A fresh model by name; ``width`` for fastnet/speednet (None: the class default)."""
+    try:
+        cls = SPEED_MODELS[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SPEED_MODELS)}") from None
+    if width is None:
+        return cls()
+    if name not in ("fastnet", "speednet"):
+        raise ValueError(f"width only applies to fastnet and speednet, not {name!r}; leave width=None")
+    return cls(width)
+
+
+# --------------------------------------------------------------------------- recipes
+
+@dataclass(frozen=True)
+class Recipe:
+    """One training recipe, as data. Every field has one job; ``replace`` makes the next step of a chain."""
+
+    name: str                               # short id, used in tables and JSON
+    change: str                             # what this step changes, in words
+    levels: tuple[str, ...] = ("task",)     # resource level(s) the change belongs to: hardware / framework / task
+    model: str = "net"                      # net, netbn, fastnet, speednet
+    width: int | None = None                # channel width for fastnet / speednet (None: the class default)
+    data: str = "dataloader"                # dataloader (torchvision + transforms), tensors (host RAM), device (device RAM)
+    num_workers: int = 4                    # DataLoader workers (data=dataloader only); the article's 4
+    batch_size: int = 128                   # images per optimizer step
+    drop_last: bool = False                 # drop the short last batch (static shapes: needed for CUDA graphs)
+    optimizer: str = "adam"                 # adam or sgd (Nesterov momentum 0.9)
+    lr: float = 1e-3                        # learning rate (the peak with the onecycle schedule)
+    weight_decay: float = 0.0               # decoupled (AdamW-style for adam) weight decay
+    scheduler: str = "none"                 # none or onecycle (cosine warm-up over 25% then cosine anneal, per step)
+    num_epochs: float = 3.0                 # training horizon in epochs: the schedule's length and the budget
+    label_smoothing: float = 0.0            # cross-entropy label smoothing
+    channels_last: bool = False             # NHWC memory format for images and weights
+    amp: str = "none"                       # autocast dtype: none, bf16, fp16
+    compile: bool = False                   # torch.compile the model (compiled in the warm-up, time reported apart)
+    cuda_graphs: bool = False               # capture the whole training step in a CUDA graph (GPU only)
+    eval_every_steps: int = 50              # default evaluation interval in optimizer steps
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> "Recipe":
+        bad = [lv for lv in self.levels if lv not in LEVELS]
+        if not self.levels or bad:
+            raise ValueError(f"levels must be a non-empty tuple from {LEVELS}; got {self.levels!r}")
+        if self.model not in SPEED_MODELS:
+            raise ValueError(f"model must be one of {', '.join(SPEED_MODELS)}; got {self.model!r}")
+        if self.data not in DATA_PATHS:
+            raise ValueError(f"data must be one of {', '.join(DATA_PATHS)}; got {self.data!r}")
+        for name in ("batch_size", "eval_every_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if not (isinstance(self.num_epochs, (int, float)) and self.num_epochs > 0):
+            raise ValueError(f"num_epochs must be a positive number, got {self.num_epochs!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+        if self.optimizer not in ("adam", "sgd") or self.scheduler not in ("none", "onecycle"):
+            raise ValueError(f"optimizer must be adam or sgd and scheduler none or onecycle; "
+                             f"got {self.optimizer!r}, {self.scheduler!r}")
+        if self.amp not in AMP:
+            raise ValueError(f"amp must be one of {', '.join(AMP)}; got {self.amp!r}")
+        if self.cuda_graphs and not (self.data == "device" and self.drop_last):
+            raise ValueError("cuda_graphs needs data='device' and drop_last=True (a captured graph has static "
+                             "input shapes and addresses)")
+        return self
+
+    @property
+    def requires_cuda(self) -> bool:
+        return self.cuda_graphs
+
+    def replace(self, **changes) -> "Recipe":
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["levels"] = list(self.levels)
+        return d
+
+
+ARTICLE = Recipe(
+    name="article", change="the article's recipe: torchvision DataLoader (per-sample ToTensor + Normalize, "
+    "4 workers, pin_memory), Net, Adam lr 1e-3, batch 128", levels=("task",), eval_every_steps=50)
+
+
+def chain(device: str | torch.device = "cpu") -> list[Recipe]:
+    """The notebook's ladder for ``device``: each recipe is the previous one with one change.
+
+    One difference between devices, measured on the 2-core CPU (shared, 2026-12-02): there a larger batch buys no
+    throughput, only fewer updates per epoch (SpeedNet at batch 512 stalled at 98.6% after 1.5 epochs), so the
+    CPU ladder keeps batch 128 and adds only the OneCycle schedule; a GPU takes batch 512.
+    """
+    gpu = torch.device(device).type == "cuda"
+    big = 512 if gpu else 128
+    steps = [ARTICLE]
+
+    def add(**kw):
+        steps.append(steps[-1].replace(**kw))
+
+    add(name="tensors", change="in-memory tensors: the whole set normalised once, batches by indexing "
+        "(no workers, no per-sample transforms)", levels=("task",), data="tensors")
+    add(name="device", change="device-resident data: the tensors live in GPU memory, no host-to-device copy "
+        "per batch (on a CPU this is the same as `tensors`)", levels=("hardware",), data="device")
+    add(name="onecycle", change=f"batch {big} + OneCycle schedule (peak lr 3e-3, 2 epochs)", levels=("task",),
+        batch_size=big, drop_last=True, lr=3e-3, scheduler="onecycle", num_epochs=2.0,
+        eval_every_steps=max(1, 6000 // big))
+    add(name="smallnet", change="a smaller net (SpeedNet: FastNet's blocks, narrower; ~10x fewer FLOPs than Net), "
+        "SGD-Nesterov with label smoothing", levels=("task",), model="speednet", width=16 if gpu else 12,
+        optimizer="sgd", lr=0.2 if gpu else 0.1, weight_decay=5e-4, label_smoothing=0.1,
+        num_epochs=4.0 if gpu else 1.25)  # GPU settings not yet tuned on a GPU: device_check.sh measures them
+    add(name="bf16", change="channels_last memory format + bfloat16 autocast", levels=("framework", "task"),
+        channels_last=True, amp="bf16")
+    add(name="compile", change="torch.compile (kernel fusion; compile time reported apart)",
+        levels=("framework",), compile=True)
+    add(name="graphs", change="CUDA graphs: the whole step (forward, backward, optimizer) replayed as one launch",
+        levels=("framework",), cuda_graphs=True)
+    return steps
+
+
+def fastest(device: str | torch.device = "cpu") -> Recipe:
+    """Our fastest recipe for the device, named ``fast``: the last step of the ladder that runs there. On a GPU
+    that is ``graphs``; on a CPU ``compile`` (SpeedNet + OneCycle + channels_last + bf16 autocast + torch.compile).
+
+    Measured side by side on the lab's 2-core Xeon (AMX, idle, 2026-12-02): compiled, bf16 + channels_last trained
+    SpeedNet at 1.42x the images/s of float32 (10,131 vs 7,123 img/s, medians of 5 interleaved blocks); *eager*,
+    bf16 was slower than float32 (0.67x in notebook 10's run), so on a CPU bf16 pays only together with compile.
+    Re-measure on yours: notebook 10 runs every step."""
+    runnable = [r for r in chain(device) if not skip_reason(r, device)]
+    last = runnable[-1]
+    return last.replace(name="fast", change=f"our fastest here: the ladder up to `{last.name}` ({last.change})")
+
+
+def recipes(device: str | torch.device = "cpu") -> dict[str, Recipe]:
+    table = {r.name: r for r in chain(device)}
+    table["fast"] = fastest(device)
+    return table
+
+
+def get_recipe(name: str, device: str | torch.device = "cpu") -> Recipe:
+    table = recipes(device)
+    if name not in table:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(table)}")
+    return table[name]
+
+
+def skip_reason(recipe: Recipe, device: torch.device | str) -> str | None:
+    """Why a recipe is not measured on this device (None: it runs)."""
+    device = torch.device(device)
+    if recipe.requires_cuda and device.type != "cuda":
+        return "CUDA graphs need an NVIDIA GPU"
+    if recipe.data == "device" and device.type == "cpu" and recipe.name == "device":
+        return "on a CPU the data already lives in device memory: identical to `tensors`"
+    return None
+
+
+# --------------------------------------------------------------------------- timing and schedules
+
+def onecycle_lr(step: int, total_steps: int, peak: float, pct_start: float = 0.25,
+                div_factor: float = 25.0, final_div_factor: float = 1e4) -> float:
+    """OneCycleLR's learning rate at ``step`` (cosine up over pct_start, cosine down), no momentum cycling."""
+    total_steps = max(total_steps, 2)
+    up = max(int(pct_start * total_steps), 1)
+    start, end = peak / div_factor, peak / div_factor / final_div_factor
+    if step < up:
+        frac, lo, hi = step / up, start, peak
+    else:
+        frac, lo, hi = min((step - up) / max(total_steps - up - 1, 1), 1.0), peak, end
+    return hi + (lo - hi) * (1 + math.cos(math.pi * frac)) / 2
+
+
+class TrainTimer:
+    """Sums training time over segments: CUDA events on a GPU (no host sync inside a segment), else perf_counter."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.total = 0.0
+        self._t0 = None
+
+    def start(self):
+        if self.cuda:
+            self._t0 = torch.cuda.Event(enable_timing=True)
+            self._t0.record()
+        else:
+            self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        """End the segment; returns the total so far (synchronises on a GPU)."""
+        if self.cuda:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            end.synchronize()
+            self.total += self._t0.elapsed_time(end) / 1000.0
+        else:
+            self.total += time.perf_counter() - self._t0
+        self._t0 = None
+        return self.total
+
+
+def select_device(spec: str = "auto") -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {spec!r} asked for but CUDA is not available; use 'cpu' or 'auto'")
+    return dev
+
+
+# --------------------------------------------------------------------------- data
+
+class _DeviceBatches:
+    """Shuffled batches of tensors already on the training device (the shuffle happens there too)."""
+
+    def __init__(self, X, y, batch_size, drop_last, seed):
+        self.X, self.y, self.batch_size, self.drop_last = X, y, batch_size, drop_last
+        self.gen = torch.Generator(device=X.device).manual_seed(seed)
+
+    def __len__(self):
+        n = len(self.X)
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def __iter__(self):
+        idx = torch.randperm(len(self.X), device=self.X.device, generator=self.gen)
+        for i in range(len(self)):
+            b = idx[i * self.batch_size:(i + 1) * self.batch_size]
+            yield self.X[b], self.y[b]
+
+
+def _train_batches(recipe: Recipe, device: torch.device, seed: int, subset: int | None, data_root=None):
+    from mnist_helpers.data import TensorBatches, load_mnist
+
+    if recipe.data == "dataloader":
+        from mnist_helpers.train import TrainConfig, make_train_batches
+        cfg = TrainConfig(model="net", batch_size=recipe.batch_size, loader="dataloader", seed=seed,
+                          num_workers=recipe.num_workers, pin_memory=True, subset=subset, data_root=data_root)
+        return make_train_batches(cfg, device)
+    where = device if recipe.data == "device" else "cpu"
+    X, y, _, _ = load_mnist(data_root, device=where, subset=subset)
+    if recipe.data == "device":
+        return _DeviceBatches(X, y, recipe.batch_size, recipe.drop_last, seed)
+    return TensorBatches(X, y, recipe.batch_size, shuffle=True, drop_last=recipe.drop_last, seed=seed)
+
+
+# --------------------------------------------------------------------------- one run
+
+def _make_optimizer(recipe: Recipe, model: nn.Module, capturable: bool = False):
+    lr = torch.tensor(recipe.lr, device=next(model.parameters()).device) if capturable else recipe.lr
+    extra = {"capturable": True, "foreach": True} if capturable else {}
+    if recipe.optimizer == "adam":
+        if recipe.weight_decay:
+            return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=recipe.weight_decay, **extra)
+        return torch.optim.Adam(model.parameters(), lr=lr, **extra)
+    if capturable:  # torch's SGD reads a tensor lr on the host (a sync: not capturable); ours stays on the device
+        return GraphSGD(model.parameters(), lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=recipe.weight_decay)
+
+
+class GraphSGD:
+    """SGD with Nesterov momentum 0.9 and weight decay, as ``torch.optim.SGD`` computes it, with the learning rate
+    a device tensor so the whole update can live inside a CUDA graph (no host reads). Duck-types the optimizer
+    API the speedrun uses: ``step``, ``zero_grad``, ``param_groups``, ``state``."""
+
+    def __init__(self, params, lr: torch.Tensor, weight_decay: float = 0.0, momentum: float = 0.9):
+        self.params = [p for p in params if p.requires_grad]
+        self.param_groups = [{"lr": lr}]
+        self.weight_decay, self.momentum = weight_decay, momentum
+        self.state = {p: {"momentum_buffer": torch.zeros_like(p)} for p in self.params}
+
+    def zero_grad(self, set_to_none: bool = False):
+        for p in self.params:
+            if p.grad is not None:
+                if set_to_none:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self):
+        params = [p for p in self.params if p.grad is not None]
+        grads = [p.grad.clone() for p in params]
+        bufs = [self.state[p]["momentum_buffer"] for p in params]
+        if self.weight_decay:
+            torch._foreach_add_(grads, params, alpha=self.weight_decay)
+        torch._foreach_mul_(bufs, self.momentum)
+        torch._foreach_add_(bufs, grads)                        # buf = m * buf + g
+        torch._foreach_add_(grads, bufs, alpha=self.momentum)   # Nesterov: g + m * buf
+        torch._foreach_mul_(grads, self.param_groups[0]["lr"])  # a tensor lr: no host read
+        torch._foreach_sub_(params, grads)
+
+
+def _set_lr(opt, value: float):
+    for g in opt.param_groups:
+        if isinstance(g["lr"], torch.Tensor):
+            g["lr"].fill_(value)
+        else:
+            g["lr"] = value
+
+
+def _reset(model, opt, init_state):
+    """Back to the initial weights and an empty optimizer state, in place (a captured graph keeps its addresses)."""
+    with torch.no_grad():
+        model.load_state_dict(init_state)
+        for state in opt.state.values():
+            for v in state.values():
+                if isinstance(v, torch.Tensor):
+                    v.zero_()
+
+
+def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
+                     seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
+                     test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
+                     num_epochs: float | None = None,
+                     data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
+    """Train ``recipe`` once and report when each accuracy target was first reached.
+
+    Evaluates on the test set (the first ``test_subset`` images; None: all 10,000) every ``eval_every_steps``
+    optimizer steps (None: the recipe's default) and at the end. Stops when every target is reached
+    (``stop_when="all"``), when the first is (``"first"``), or never early (``"never"``); in any case at the end of
+    the recipe's ``num_epochs`` horizon (``num_epochs`` overrides it; it also sets the schedule's length) or after
+    ``max_steps``.
+
+    Returns a dict: ``recipe``, ``seed``, ``device``, ``targets`` {"0.99": {train_s, wall_s, steps, images,
+    epochs, acc} or None when not reached}, ``final_acc``, ``train_s`` (all training), ``wall_s`` (everything),
+    ``setup_s`` (warm-up, compilation, graph capture), ``images_per_s``, ``steps``, ``evals`` (the curve),
+    ``notes``. A target not reached within the budget is None, never a guess.
+    """
+    from mnist_helpers.data import load_mnist
+    from mnist_helpers.train import seed_everything
+
+    targets = sorted(float(t) for t in targets)
+    if not targets or any(not 0 < t <= 1 for t in targets):
+        raise ValueError(f"targets must be accuracies in (0, 1], e.g. (0.99, 0.995); got {targets!r}")
+    if stop_when not in ("all", "first", "never"):
+        raise ValueError(f"stop_when must be 'all', 'first' or 'never'; got {stop_when!r}")
+    if num_epochs is not None:
+        recipe = recipe.replace(num_epochs=num_epochs)
+    every = eval_every_steps or recipe.eval_every_steps
+    if not isinstance(every, int) or every < 1:
+        raise ValueError(f"eval_every_steps must be a positive integer, got {every!r}")
+    device = select_device(device) if isinstance(device, str) else device
+    reason = skip_reason(recipe, device)
+    if recipe.requires_cuda and reason:
+        raise ValueError(f"recipe {recipe.name!r} cannot run on {device}: {reason}")
+    if recipe.compile and device.type == "cpu":
+        import shutil
+        if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            raise ValueError("torch.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
+                             "install one or drop compile from the recipe")
+    dtype = AMP[recipe.amp]
+    notes: list[str] = []
+    wall0 = time.perf_counter()
+
+    # --- set-up (in wall time, not in training time)
+    batches = _train_batches(recipe, device, seed, subset, data_root)
+    _, _, X_test, y_test = load_mnist(data_root, device=device, subset=(1, test_subset or 10000))
+    steps_per_epoch = len(batches)
+    total_steps = max(1, int(round(recipe.num_epochs * steps_per_epoch)))
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
+    seed_everything(seed)
+    model = build(recipe.model, recipe.width).to(device)
+    if recipe.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
+    init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    forward = torch.compile(model) if recipe.compile else model
+
+    def lr_at(step):
+        return onecycle_lr(step, total_steps, recipe.lr) if recipe.scheduler == "onecycle" else recipe.lr
+
+    def prep(X, y):
+        X = X.to(device, non_blocking=True)
+        y = y.to(device, non_blocking=True)
+        if recipe.channels_last:
+            X = X.contiguous(memory_format=torch.channels_last)
+        return X, y
+
+    def step_eager(X, y):
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
+            out = forward(X)
+        loss = F.cross_entropy(out.float(), y, label_smoothing=recipe.label_smoothing)
+        opt.zero_grad(set_to_none=not recipe.cuda_graphs)
+        loss.backward()
+        opt.step()
+        return loss
+
+    # --- warm-up: oneDNN/cuDNN primitives, compilation, CUDA-graph capture; then reset to the initial state
+    t_setup = time.perf_counter()
+    warm = [prep(X, y) for X, y in _take(batches, 2)]
+    graph = None
+    if recipe.cuda_graphs:
+        static_X, static_y = warm[0][0].clone(), warm[0][1].clone()
+
+        def capture():
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    step_eager(static_X, static_y)
+            torch.cuda.current_stream().wait_stream(side)
+            _reset(model, opt, init_state)  # zero the state before capture so the graph sees the real tensors
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                step_eager(static_X, static_y)
+            return g
+
+        try:
+            graph = capture()
+        except Exception as e:  # a compiled model that will not capture: fall back to capturing the eager one
+            if not recipe.compile:
+                raise
+            notes.append(f"capturing the compiled step failed ({type(e).__name__}: {str(e)[:200]}); "
+                         "captured the eager step instead")
+            torch.cuda.synchronize(device)
+            forward = model
+            graph = capture()
+        _set_lr(opt, lr_at(0))
+    else:
+        for X, y in warm + warm:  # evaluation runs the eager model, so only the training graph is compiled
+            step_eager(X, y)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    _reset(model, opt, init_state)
+    setup_s = time.perf_counter() - t_setup
+    del warm
+
+    # --- the timed run
+    timer = TrainTimer(device)
+    reached: dict[str, dict | None] = {f"{t:g}": None for t in targets}
+    evals: list[dict] = []
+    step = images = 0
+    epoch = 0
+    done = False
+
+    def do_eval():
+        train_s = timer.stop()
+        acc = _evaluate(model, X_test, y_test, dtype, recipe.channels_last)
+        row = {"step": step, "images": images, "epochs": step / steps_per_epoch, "train_s": train_s,
+               "wall_s": time.perf_counter() - wall0, "acc": acc}
+        evals.append(row)
+        for t in targets:
+            if reached[f"{t:g}"] is None and acc >= t:
+                reached[f"{t:g}"] = dict(row)
+        if on_eval:
+            on_eval(row)
+        model.train()
+        hits = [v is not None for v in reached.values()]
+        return {"all": all(hits), "first": any(hits), "never": False}[stop_when]
+
+    model.train()
+    timer.start()
+    while not done:
+        epoch += 1
+        if hasattr(batches, "set_epoch"):
+            batches.set_epoch(epoch)
+        it = iter(batches)
+        for X, y in it:
+            if step >= total_steps:
+                break
+            _set_lr(opt, lr_at(step))
+            X, y = prep(X, y)
+            if graph is not None:
+                static_X.copy_(X, non_blocking=True)
+                static_y.copy_(y, non_blocking=True)
+                graph.replay()
+            else:
+                step_eager(X, y)
+            step += 1
+            images += len(y)
+            if step % every == 0 or step >= total_steps:
+                if do_eval():
+                    done = True
+                    break
+                timer.start()
+        if step >= total_steps:
+            done = True
+    if timer._t0 is not None:
+        timer.stop()
+    _release(it)  # outside the training time
+    if not evals or evals[-1]["step"] != step:
+        timer.start()
+        do_eval()
+    train_s = timer.total
+    return {"recipe": recipe.name, "seed": seed, "device": str(device), "targets": reached,
+            "final_acc": evals[-1]["acc"], "train_s": train_s, "wall_s": time.perf_counter() - wall0,
+            "setup_s": setup_s, "steps": step, "images": images,
+            "images_per_s": images / train_s if train_s > 0 else float("nan"),
+            "eval_every_steps": every, "test_count": len(y_test), "stop_when": stop_when,
+            "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
+
+
+def _release(it) -> None:
+    """Stop the workers of a DataLoader iterator left mid-epoch (a run that stopped at its target) now. Left to the
+    garbage collector, its ``__del__`` runs whenever a later collection finds it: inside another recipe's timed run
+    (joining 4 workers cost ~20 s of 'training' there) or in a forked worker ("can only test a child process")."""
+    shutdown = getattr(it, "_shutdown_workers", None)  # torch.utils.data's multiprocess iterator; no-op if done
+    if callable(shutdown):
+        shutdown()
+
+
+def _take(batches, n):
+    out = []
+    for X, y in batches:
+        out.append((X, y))
+        if len(out) == n:
+            break
+    return out
+
+
+@torch.no_grad()
+def _evaluate(model, X, y, dtype, channels_last, batch_size: int = 2000) -> float:
+    model.eval()
+    correct = torch.zeros((), dtype=torch.int64, device=X.device)
+    for i in range(0, len(X), batch_size):
+        Xb = X[i:i + batch_size]
+        if channels_last:
+            Xb = Xb.contiguous(memory_format=torch.channels_last)
+        with torch.autocast(X.device.type, dtype=dtype, enabled=dtype is not None):
+            out = model(Xb)
+        correct += (out.argmax(1) == y[i:i + batch_size]).sum()
+    return int(correct) / len(X)
+
+
+# --------------------------------------------------------------------------- several runs
+
+def compare(recipe_list: list[Recipe], seeds: Iterable[int], targets=(0.99, 0.995), *, verbose: bool = True,
+            per_recipe: dict[str, dict] | None = None, on_run: Callable[[dict], None] | None = None,
+            **kwargs) -> list[dict]:
+    """Every recipe once per seed, interleaved (seed 0 of each, then seed 1 ...) so that changes in machine
+    load fall on all recipes alike. ``kwargs`` go to every ``time_to_accuracy`` call, ``per_recipe[name]`` to that
+    recipe's only. Returns the runs (``time_to_accuracy`` dicts); ``on_run`` sees each as it finishes."""
+    runs = []
+    for seed in seeds:
+        for recipe in recipe_list:
+            run = time_to_accuracy(recipe, targets, seed=seed, **{**kwargs, **(per_recipe or {}).get(recipe.name, {})})
+            runs.append(run)
+            if verbose:
+                print(run_line(run), flush=True)
+            if on_run:
+                on_run(run)
+    return runs
+
+
+def _fmt_s(v):
+    return f"{v:8.2f}" if v is not None else "       -"
+
+
+def run_line(run: dict) -> str:
+    """One fixed-width line per run: recipe, seed, time to each target, final accuracy."""
+    parts = [f"{run['recipe']:<9} seed {run['seed']:>2}"]
+    for key, hit in run["targets"].items():
+        parts.append(f"to {float(key):.1%} {_fmt_s(hit['train_s'] if hit else None)} s")
+    parts.append(f"final {run['final_acc']:.2%} | {run['train_s']:7.2f} s train | {run['wall_s']:7.1f} s wall | "
+                 f"setup {run['setup_s']:5.1f} s | {run['images_per_s']:>8,.0f} img/s")
+    return " | ".join(parts)
+
+
+def _mean_sd(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None, None
+    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
+
+
+def summarize(runs: list[dict]) -> list[dict]:
+    """One row per recipe (in first-seen order): runs, per target the mean/sd training time over the runs that
+    reached it and how many did, mean/sd of wall time to it, final accuracy mean/sd/min, throughput, set-up."""
+    order = list(dict.fromkeys(r["recipe"] for r in runs))
+    rows = []
+    for name in order:
+        rs = [r for r in runs if r["recipe"] == name]
+        row = {"recipe": name, "runs": len(rs)}
+        for key in rs[0]["targets"]:
+            hits = [r["targets"][key] for r in rs]
+            m, sd = _mean_sd([h["train_s"] if h else None for h in hits])
+            wm, _ = _mean_sd([h["wall_s"] if h else None for h in hits])
+            em, _ = _mean_sd([h["epochs"] if h else None for h in hits])
+            row[f"t{key}_mean"], row[f"t{key}_sd"], row[f"t{key}_wall_mean"] = m, sd, wm
+            row[f"t{key}_epochs_mean"], row[f"t{key}_reached"] = em, sum(h is not None for h in hits)
+        am, asd = _mean_sd([r["final_acc"] for r in rs])
+        row.update(acc_mean=am, acc_sd=asd, acc_min=min(r["final_acc"] for r in rs),
+                   images_per_s=statistics.median(r["images_per_s"] for r in rs),
+                   setup_s=statistics.median(r["setup_s"] for r in rs),
+                   wall_s=statistics.fmean(r["wall_s"] for r in rs))
+        rows.append(row)
+    return rows
+
+
+def summary_table(rows: list[dict]) -> str:
+    """Fixed-width text: one line per recipe."""
+    keys = [k[1:-5] for k in rows[0] if k.startswith("t") and k.endswith("_mean") and "wall" not in k
+            and "epochs" not in k]
+    head = f"{'recipe':<9} {'runs':>4}"
+    for k in keys:
+        head += f" | {'to ' + format(float(k), '.1%'):>8} {'± sd':>6} {'hit':>5}"
+    head += f" | {'final acc':>9} {'± sd':>6} | {'img/s':>8} | {'setup s':>7}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        line = f"{r['recipe']:<9} {r['runs']:>4}"
+        for k in keys:
+            m, sd = r[f"t{k}_mean"], r[f"t{k}_sd"]
+            line += (f" | {m:7.2f}s {sd:6.2f}" if m is not None else f" | {'-':>8} {'':>6}")
+            line += f" {r[f't{k}_reached']:>2}/{r['runs']:<2}"
+        line += f" | {r['acc_mean']:9.2%} {100 * r['acc_sd']:5.2f}% | {r['images_per_s']:8,.0f} | {r['setup_s']:7.1f}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def speedup(rows: list[dict], baseline: str, target: float = 0.99) -> dict[str, float | None]:
+    """Baseline's mean time-to-target / each recipe's (None where a recipe missed the target in some run)."""
+    key = f"{target:g}"
+    by = {r["recipe"]: r for r in rows}
+    if baseline not in by:
+        raise ValueError(f"baseline {baseline!r} not among the recipes {list(by)}")
+
+    def t(r):
+        return r[f"t{key}_mean"] if r[f"t{key}_reached"] == r["runs"] else None
+
+    base = t(by[baseline])
+    return {name: (base / t(r) if base and t(r) else None) for name, r in by.items()}
+
+
+# --------------------------------------------------------------------------- the physical limit
+
+def training_flops_per_image(model: nn.Module) -> int:
+    """Forward FLOPs x 3: the backward pass costs about twice the forward (gradients for inputs and weights)."""
+    from mnist_helpers.models import flops_per_image
+    return 3 * flops_per_image(model)
+
+
+def measure_peak_flops(device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32, n: int = 1024,
+                       repeats: int = 5, min_time_s: float = 0.2) -> float:
+    """Measured matrix-multiply throughput (FLOP/s, median of ``repeats``): the practical peak of this device."""
+    device = select_device(device) if isinstance(device, str) else device
+    a = torch.randn(n, n, device=device, dtype=dtype)
+    b = torch.randn(n, n, device=device, dtype=dtype)
+    for _ in range(3):
+        a @ b
+    rates = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        k, t0 = 0, time.perf_counter()
+        while True:
+            a @ b
+            k += 1
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            dt = time.perf_counter() - t0
+            if dt >= min_time_s:
+                break
+        rates.append(2 * n ** 3 * k / dt)
+    return statistics.median(rates)

@@ -1,0 +1,108 @@
+"""Profile data-parallel training steps in every process; rank 0 writes its Chrome/Perfetto trace.
+
+Introduced in 09_profiling_and_autotune. Each process runs ``mnist_helpers.lessons.l09_profiling.profile_training``
+on its own shard of MNIST. By default the gradients are averaged by an explicit, labelled all-reduce
+between backward and the optimizer (what DDP does, minus the overlap), so communication shows up as
+its own ``all-reduce`` block in the trace; ``--ddp`` wraps the model in DistributedDataParallel
+instead, whose all-reduce runs *inside* backward (found in the profile by the collective ops' names).
+
+Launch from a notebook with
+``mnist_helpers.launch.torchrun("mnist_helpers.workers.bench.profile_ddp", ["--trace", "results/t.json"], nproc=2)``,
+or by hand:
+
+    # a world of one (no process group, no communication)
+    python -m mnist_helpers.workers.bench.profile_ddp --trace results/09_trace_1proc.json --out results/p1.json
+    # one node, 2 processes (gloo on CPU, nccl on GPUs)
+    torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.bench.profile_ddp \\
+        --trace results/09_trace_ddp_rank0.json --out results/p2.json
+
+Rank 0 writes ``--out`` (JSON: world_size, backend, every rank's time breakdown, rank 0's top-operator table).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from mnist_helpers.io import write_json
+from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
+from mnist_helpers.models import build_model
+from mnist_helpers.lessons.l09_profiling import allreduce_gradients, make_batches, profile_training, time_breakdown
+
+
+def main(args: argparse.Namespace) -> dict:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    ctx = init_distributed(args.backend, args.timeout)
+    try:
+        batches = make_batches(args.loader, args.batch_size, args.subset, args.num_workers,
+                               rank=ctx.rank, world_size=ctx.world_size)
+        torch.manual_seed(args.seed)
+        model = build_model(args.model).to(ctx.device)
+        allreduce = None
+        if ctx.distributed:
+            if args.ddp:
+                from torch.nn.parallel import DistributedDataParallel as DDP
+                ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+                model = DDP(model, device_ids=ids)
+            else:
+                for p in model.parameters():  # the same starting weights everywhere, as DDP would
+                    torch.distributed.broadcast(p.data, src=0)
+                allreduce = allreduce_gradients
+        trace = Path(args.trace) if (args.trace and ctx.is_main) else None
+        res = profile_training(model, batches=batches, device=ctx.device, wait=args.wait, warmup=args.warmup,
+                               active=args.active, trace_path=trace, allreduce=allreduce, seed=args.seed)
+        breakdown = time_breakdown(res["events"], res["steps"])
+        everyone = gather_objects({"rank": ctx.rank, "breakdown": breakdown, "wall_s_per_step": res["wall_s_per_step"]})
+        result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+                  "mode": "ddp" if args.ddp else ("explicit all-reduce" if ctx.distributed else "single process"),
+                  "batch_size": args.batch_size, "steps": res["steps"], "ranks": everyone,
+                  "table": res["table"], "trace_path": str(trace) if trace else None}
+        if ctx.is_main:
+            for r in everyone:
+                parts = " | ".join(f"{b['part']} {b['share']:.0%}" for b in r["breakdown"])
+                print(f"[rank 0] rank {r['rank']}: {r['wall_s_per_step'] * 1e3:8.1f} ms/step | {parts}", flush=True)
+            if args.out:
+                write_json(args.out, result)
+        return result
+    finally:
+        cleanup()
+
+
+def parse(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bench.profile_ddp", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", default="net", help="net, netbn or fastnet")
+    ap.add_argument("--batch-size", type=int, default=64, help="images per step, per process")
+    ap.add_argument("--subset", type=int, default=2048, help="training images shared out between the ranks")
+    ap.add_argument("--loader", default="tensor", choices=["tensor", "dataloader"])
+    ap.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (loader=dataloader)")
+    ap.add_argument("--wait", type=int, default=1, help="profiler schedule: steps skipped")
+    ap.add_argument("--warmup", type=int, default=1, help="profiler schedule: steps traced but discarded")
+    ap.add_argument("--active", type=int, default=3, help="profiler schedule: steps recorded")
+    ap.add_argument("--ddp", action="store_true", help="DistributedDataParallel instead of the labelled all-reduce")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads per process")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--trace", default=None, help="rank 0 writes its Chrome/Perfetto trace here")
+    ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")
+    ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
+    ap.add_argument("--timeout", type=float, default=120, help="seconds before a stuck collective fails")
+    args = ap.parse_args(argv)
+    for name in ("batch_size", "subset", "active"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    return args
+
+
+@record
+def cli(argv=None) -> int:
+    main(parse(argv))
+    return 0
+
+
+if __name__ == "__main__":
+    from mnist_helpers.distributed import exit_now
+
+    exit_now(cli())  # past an intermittent profiler abort at interpreter shutdown (see exit_now)

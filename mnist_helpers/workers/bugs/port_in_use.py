@@ -1,0 +1,65 @@
+"""Reproduce "Address already in use" (notebook 08_troubleshooting, article section 6).
+
+The article's set-up code fixes ``MASTER_PORT=12355`` and calls ``init_process_group`` with the
+``env://`` method: rank 0 then *listens* on that port (it hosts the TCPStore that the ranks meet at).
+If anything else holds the port, a previous run that did not exit, say, rank 0 fails at once with
+``EADDRINUSE``. ``mnist_helpers.launch`` never fixes a port (torchrun's ``--standalone`` rendezvous
+binds port 0 and the OS picks a free one), so this worker brings the bug back on purpose:
+
+    # the bug: a fixed port that another process holds
+    python -m torch.distributed.run --standalone --nproc-per-node 1 \\
+        -m mnist_helpers.workers.bugs.port_in_use --master_port 12355
+    # the fix: no fixed port; torchrun's rendezvous picked one that is free
+    python -m torch.distributed.run --standalone --nproc-per-node 1 -m mnist_helpers.workers.bugs.port_in_use
+
+Run with plain Python it is a world of one that still makes a process group (so the port matters).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+
+from mnist_helpers.io import write_json
+
+
+@record
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--master_port", type=int, default=None,
+                    help="fix MASTER_PORT like the article does (the bug); default: torchrun's own port")
+    ap.add_argument("--timeout", type=float, default=20.0, help="seconds for the store and collectives")
+    ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    if args.master_port is not None:
+        os.environ["MASTER_PORT"] = str(args.master_port)
+        # Under torchrun the ranks would reuse torchrun's own store; the article's code makes its
+        # own, with rank 0 listening on MASTER_PORT. That is the code path we reproduce.
+        os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    os.environ.setdefault("MASTER_PORT", "29500")
+    port = int(os.environ["MASTER_PORT"])
+    dist.init_process_group("gloo", init_method="env://",
+                            timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        value = torch.ones(1)
+        dist.all_reduce(value)
+        summary = {"world_size": world_size, "master_port": port, "all_reduce": value.item()}
+        if rank == 0:
+            print(f"[rank 0] process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}", flush=True)
+            if args.out:
+                write_json(args.out, summary)
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Reproduce "Expected to have finished reduction in the prior iteration" (notebook 08_troubleshooting).
+
+DDP all-reduces each parameter's gradient as soon as it is ready in ``backward()``. A parameter that
+the forward pass never used never gets a gradient, so the reduction of its bucket never finishes and
+the *next* iteration fails (on every rank, also in a world of one). The model here has an auxiliary
+head that ``forward`` forgets to call. Fixes, each selected with ``--fix``:
+
+- ``use``: call the branch in ``forward`` (the aux loss is added with weight 0.1);
+- ``freeze``: ``requires_grad_(False)`` on the branch: DDP then ignores it;
+- ``find_unused``: ``DDP(..., find_unused_parameters=True)``: DDP walks the autograd graph after
+  every forward to find the unused parameters; that walk costs time on *every* step;
+- ``all``: time ``freeze`` against ``find_unused`` on the same model, same data, side by side
+  (median of ``--steps`` timed steps after ``--warmup`` steps, the fixes interleaved step by step), plus ``use``.
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m mnist_helpers.workers.bugs.unused_param                      # the bug
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m mnist_helpers.workers.bugs.unused_param --fix all --out r.json   # the fixes, timed
+
+Data are random MNIST-shaped batches: the step cost does not depend on the pixel values.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mnist_helpers.io import write_json
+from mnist_helpers.models import build_model
+
+FIXES = ("none", "use", "freeze", "find_unused")
+
+
+class WithAuxHead(nn.Module):
+    """``FastNet`` plus an auxiliary classifier on the input pixels; ``use_aux`` decides whether forward calls it."""
+
+    def __init__(self, use_aux: bool):
+        super().__init__()
+        self.body = build_model("fastnet")
+        self.aux = nn.Linear(28 * 28, 10)
+        self.use_aux = use_aux
+
+    def forward(self, x):
+        out = self.body(x)
+        if self.use_aux:  # the fix "use": every parameter takes part in the loss
+            out = out + 0.1 * F.log_softmax(self.aux(torch.flatten(x, 1)), dim=1)
+        return out
+
+
+def make_ddp(fix: str) -> DDP:
+    torch.manual_seed(0)
+    model = WithAuxHead(use_aux=fix == "use")
+    if fix == "freeze":
+        model.aux.requires_grad_(False)  # DDP registers no hook for parameters without grad
+    return DDP(model, find_unused_parameters=fix == "find_unused")
+
+
+def run_steps(fixes: list[str], steps: int, warmup: int, batch_size: int, rank: int) -> dict[str, list[float]]:
+    """Train each fix's model ``warmup + steps`` steps, interleaved step by step so that the machine's
+    load hits every fix alike; return each fix's timed step seconds (ranks aligned by a barrier)."""
+    runners = {}
+    for fix in fixes:
+        ddp = make_ddp(fix)
+        runners[fix] = (ddp, torch.optim.SGD([p for p in ddp.parameters() if p.requires_grad], lr=0.01))
+    gen = torch.Generator().manual_seed(rank)
+    X = torch.randn(batch_size, 1, 28, 28, generator=gen)
+    y = torch.randint(0, 10, (batch_size,), generator=gen)
+    times = {fix: [] for fix in fixes}
+    for i in range(warmup + steps):
+        for fix, (ddp, opt) in runners.items():
+            if dist.get_world_size() > 1:
+                dist.barrier()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            F.nll_loss(ddp(X), y).backward()  # the bug surfaces in the 2nd iteration's forward
+            opt.step()
+            if i >= warmup:
+                times[fix].append(time.perf_counter() - t0)
+    return times
+
+
+@record
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fix", choices=(*FIXES, "all"), default="none")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per fix")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--batch_size", type=int, default=64, help="per process")
+    ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
+    args = ap.parse_args(argv)
+    if "RANK" not in os.environ:  # plain Python: a world of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        rank = dist.get_rank()
+        fixes = ["freeze", "find_unused", "use"] if args.fix == "all" else [args.fix]
+        rows = []
+        for fix, times in run_steps(fixes, args.steps, args.warmup, args.batch_size, rank).items():
+            rows.append({"fix": fix, "median_step_ms": 1000 * statistics.median(times), "steps": len(times)})
+            if rank == 0:
+                print(f"[rank 0] fix={fix:<12} {len(times)} steps | median {rows[-1]['median_step_ms']:7.2f} ms/step",
+                      flush=True)
+        summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
+        if rank == 0 and args.out:
+            write_json(args.out, summary)
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

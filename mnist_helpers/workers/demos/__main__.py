@@ -1,0 +1,6 @@
+"""``torchrun ... -m mnist_helpers.workers.demos --demos sampler,seeding``: 06's demos behind one entry point."""
+import sys
+
+from mnist_helpers.workers.demos.common import cli
+
+sys.exit(cli())

@@ -1,0 +1,192 @@
+"""Train MNIST with DistributedDataParallel, processes made by ``mp.spawn``: step 2 of the progression.
+
+    single.py     one process, one device
+    ddp_spawn.py  + DistributedDataParallel, processes made by mp.spawn  (this file; lines marked  # DDP:)
+    ddp_train.py  + launched by torchrun, which sets RANK/LOCAL_RANK     (lines marked  # torchrun:)
+
+This is the source article's section 5.2 style (``setup(rank, world_size)``, ``mp.spawn``), with two
+fixes: the port is a free one the OS picks (the article's fixed 12355 fails when something holds it),
+and the backend is chosen for the machine (``nccl`` when every process gets a GPU, else ``gloo``).
+Taught in 06_ddp_fundamentals; see the step with
+``diff mnist_helpers/workers/progression/single.py mnist_helpers/workers/progression/ddp_spawn.py``. Run it from a terminal
+(not from a notebook cell: ``mp.spawn`` pickles ``main`` by name, which a notebook cannot provide):
+
+    python -m mnist_helpers.workers.progression.ddp_spawn --nproc 2 --epochs 1 --out results/spawn.json
+
+``--nproc`` defaults to one process per GPU, or 2 on a machine without GPUs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os  # DDP: MASTER_ADDR and MASTER_PORT for the rendezvous
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist  # DDP: the process group and its collectives
+import torch.multiprocessing as mp  # DDP: starts the processes
+from torch.nn.parallel import DistributedDataParallel as DDP  # DDP: all-reduces gradients in backward()
+
+from mnist_helpers.distributed import params_digest
+from mnist_helpers.io import atomic_save, write_json
+from mnist_helpers.resources import machine_info
+from mnist_helpers.train import (TrainConfig, Training, build_training, epoch_line, load_test_set,
+                                 make_train_batches, train_one_epoch)
+from mnist_helpers.distributed import DistContext, choose_backend, cleanup, evaluate_exact, gather_objects  # DDP:
+from mnist_helpers.ports import free_port  # DDP: a port nobody holds, instead of a fixed one
+
+
+class Trainer:
+    """Same shape as pytorch/examples' DDP tutorial: _run_epoch, _save_snapshot, train.
+
+    The per-batch step (their ``_run_batch``) is the loop body of ``mnist_helpers.train.train_one_epoch``,
+    shared with ``fit()`` so that mixed precision and gradient accumulation behave the same everywhere.
+    """
+
+    def __init__(self, cfg: TrainConfig, tr: Training, batches, test_set, snapshot: Path | None,  # DDP:
+                 ctx: DistContext):  # DDP: the trainer knows its rank and world size
+        self.cfg, self.tr, self.batches, self.snapshot = cfg, tr, batches, snapshot
+        self.X_test, self.y_test = test_set
+        self.ctx = ctx  # DDP:
+        self.module = tr.model  # the bare model: what a snapshot saves and loads
+        # DDP: broadcasts rank 0's initial weights, then all-reduces gradients during backward().
+        ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # DDP: this process's GPU
+        self.tr.model = DDP(self.module, device_ids=ids)  # DDP:
+        self.epochs_run, self.steps_run, self.history = 0, 0, []
+        if snapshot is not None and snapshot.exists():
+            self._load_snapshot()
+
+    def _restore_state(self, snap: dict) -> None:
+        """Model, optimizer, scheduler, scaler, counters and history from a snapshot (RNG: the caller's job)."""
+        self.module.load_state_dict(snap["model"])
+        self.tr.optimizer.load_state_dict(snap["optimizer"])
+        if self.tr.scheduler and snap.get("scheduler"):
+            self.tr.scheduler.load_state_dict(snap["scheduler"])
+        if self.tr.scaler and snap.get("scaler"):
+            self.tr.scaler.load_state_dict(snap["scaler"])
+        self.epochs_run, self.steps_run = snap["epoch"], snap["steps"]
+        self.history = json.loads(snap["history"])
+
+    def _load_snapshot(self) -> None:
+        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
+        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        self._restore_state(snap)
+        torch.set_rng_state(snap["rng"]["torch"])
+        random.setstate(snap["rng"]["python"])
+        np.random.set_state(("MT19937", snap["rng"]["numpy"].numpy(), *snap["rng"]["numpy_rest"]))
+        if self.ctx.is_main:  # DDP: rank 0 prints
+            print(f"[rank 0] resumed from {self.snapshot} at epoch {self.epochs_run}", flush=True)
+
+    def _save_snapshot(self) -> None:
+        np_state = np.random.get_state()
+        snap = {"model": self.module.state_dict(), "optimizer": self.tr.optimizer.state_dict(),
+                "scheduler": self.tr.scheduler.state_dict() if self.tr.scheduler else None,
+                "scaler": self.tr.scaler.state_dict() if self.tr.scaler else None,
+                "epoch": self.epochs_run, "steps": self.steps_run, "history": json.dumps(self.history),
+                "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
+                        "numpy": torch.from_numpy(np_state[1].copy()), "numpy_rest": list(np_state[2:])}}
+        atomic_save(snap, self.snapshot)
+
+    def _run_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)  # a new shuffle every epoch (else every epoch repeats one order)
+        left = None if self.cfg.max_steps is None else self.cfg.max_steps - self.steps_run
+        # DDP: with grad_accum, all-reduce once per step, not per micro-batch.
+        no_sync = self.tr.model.no_sync  # DDP:
+        stats = train_one_epoch(self.tr, self.batches, self.cfg, max_steps=left, no_sync=no_sync)  # DDP:
+        self.steps_run += stats["steps"]
+        # DDP: every rank scores its own slice of the test set and the sums are all-reduced: each image once.
+        ev = evaluate_exact(self.tr.model, self.X_test, self.y_test, self.ctx,  # DDP:
+                            self.cfg.test_batch_size, self.cfg.amp)  # DDP:
+        images = stats["images"] * self.ctx.world_size  # DDP: every rank runs the same number of equal steps
+        self.history.append({"epoch": epoch, "seconds": stats["seconds"], "images": images,
+                             "steps": stats["steps"], "images_per_s": images / stats["seconds"],
+                             "train_loss": stats["loss"], "test_loss": ev["loss"], "test_acc": ev["acc"],
+                             "test_count": ev["count"]})
+        if self.ctx.is_main:  # DDP:
+            print(epoch_line(epoch, {**stats, "images_per_s": images / stats["seconds"]}, ev), flush=True)
+
+    def train(self) -> None:
+        for epoch in range(self.epochs_run + 1, self.cfg.num_epochs + 1):
+            if self.cfg.max_steps is not None and self.steps_run >= self.cfg.max_steps:
+                break
+            self._run_epoch(epoch)
+            self.epochs_run = epoch
+            if self.snapshot is not None and self.ctx.is_main:  # DDP: the replicas are identical: rank 0 saves
+                self._save_snapshot()
+
+
+def prepare_batches(cfg: TrainConfig, device: torch.device, rank: int, world_size: int):  # DDP:
+    """Shuffled training batches: in-memory tensors, or a DataLoader with ``--loader dataloader``."""
+    return make_train_batches(cfg, device, rank, world_size)  # DDP: each rank a disjoint shard of every epoch
+
+
+def load_train_objs(cfg: TrainConfig, device: torch.device, steps_per_epoch: int):
+    """Model, optimizer, scheduler and scaler (seeded by ``cfg.seed``), and the test set."""
+    return build_training(cfg, device, steps_per_epoch), load_test_set(cfg, device)
+
+
+def setup(rank: int, world_size: int, port: int, backend: str) -> DistContext:  # DDP: the article's setup()
+    os.environ["MASTER_ADDR"] = "localhost"  # DDP: where rank 0 hosts the rendezvous
+    os.environ["MASTER_PORT"] = str(port)  # DDP: a free port, passed in by the parent
+    device = torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")  # DDP: one GPU per rank
+    if backend == "nccl":  # DDP:
+        torch.cuda.set_device(device)  # DDP:
+    dist.init_process_group(backend, rank=rank, world_size=world_size)  # DDP:
+    return DistContext(rank, rank, world_size, backend, device)  # DDP: one node, so local rank = rank
+
+
+def main(rank: int, world_size: int, port: int, backend: str,  # DDP: mp.spawn calls main(rank, *args)
+         cfg: TrainConfig, out: str | None = None, snapshot: str | None = None) -> dict:  # DDP:
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    ctx = setup(rank, world_size, port, backend)  # DDP:
+    try:  # DDP: leave the process group however training ends
+        if ctx.is_main:  # DDP:
+            print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} "  # DDP:
+                  f"| device {ctx.device} | global batch {cfg.batch_size * ctx.world_size}", flush=True)  # DDP:
+        t0 = time.perf_counter()
+        batches = prepare_batches(cfg, ctx.device, ctx.rank, ctx.world_size)  # DDP:
+        tr, test_set = load_train_objs(cfg, ctx.device, steps_per_epoch=len(batches))  # DDP:
+        trainer = Trainer(cfg, tr, batches, test_set, Path(snapshot) if snapshot else None, ctx)  # DDP:
+        trainer.train()
+        digests = gather_objects(params_digest(trainer.tr.model))  # DDP: every rank's digest, in rank order
+        result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),  # DDP:
+                  "config": cfg.to_dict(), "history": trainer.history,
+                  "final_test_acc": trainer.history[-1]["test_acc"] if trainer.history else None,
+                  "param_digests": digests, "wall_seconds": time.perf_counter() - t0, "machine": machine_info()}
+        if ctx.is_main and out:  # DDP: rank 0 writes
+            write_json(out, result)
+        return result
+    finally:  # DDP:
+        cleanup()  # DDP: destroy_process_group()
+
+
+def cli(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ddp_spawn",  # DDP:
+                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    TrainConfig.add_arguments(ap)
+    ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")  # DDP:
+    ap.add_argument("--snapshot", default=None, help="save after every epoch, resume if present")
+    ap.add_argument("--nproc", type=int, default=None, help="processes (default: one per GPU, else 2)")  # DDP:
+    args = ap.parse_args(argv)
+    try:
+        cfg = TrainConfig.from_namespace(args)
+    except ValueError as e:
+        ap.error(str(e))
+    world_size = args.nproc or torch.cuda.device_count() or 2  # DDP:
+    if world_size < 1:  # DDP:
+        ap.error(f"--nproc must be a positive integer, got {world_size}")  # DDP:
+    backend = choose_backend(world_size)  # DDP: nccl if every process gets its own GPU, else gloo
+    # DDP: share the cores out between the processes, as torchrun's launcher does (the children read it at start).
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))  # DDP:
+    # DDP: mp.spawn pickles `main` by its module and name; each child imports this module and calls main(rank, ...).
+    mp.spawn(main, args=(world_size, free_port(), backend, cfg, args.out, args.snapshot), nprocs=world_size)  # DDP:
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(cli())
