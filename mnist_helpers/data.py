@@ -29,12 +29,15 @@ import fcntl
 import gzip
 import hashlib
 import io
+import itertools
 import os
 import pickle
 import struct
+import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Iterator
@@ -370,6 +373,63 @@ def mnist_datasets(root: str | Path | None = None, train_transform=None, test_tr
     train = datasets.MNIST(str(root), train=True, download=False, transform=train_transform or default)
     test = datasets.MNIST(str(root), train=False, download=False, transform=test_transform or default)
     return train, test
+
+
+# --------------------------------------------------------------------------- the DataLoader route (03)
+
+def make_loader(dataset, batch_size: int = 128, *, num_workers: int = 0, pin_memory: bool = False,
+                prefetch_factor: int | None = 2, persistent_workers: bool = False, drop_last: bool = False,
+                shuffle: bool = True, seed: int = 0, multiprocessing_context: str | None = None):
+    """A DataLoader with the article's knobs. Knobs that only exist with workers (``prefetch_factor``,
+    ``persistent_workers``, a start method) are dropped when ``num_workers == 0``, as torch requires."""
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(num_workers, int) or isinstance(num_workers, bool) or num_workers < 0:
+        raise ValueError(f"num_workers must be an integer >= 0, got {num_workers!r}")
+    kw = {}
+    if num_workers > 0:
+        if prefetch_factor is not None and (not isinstance(prefetch_factor, int) or prefetch_factor < 1):
+            raise ValueError(f"prefetch_factor must be a positive integer, got {prefetch_factor!r}")
+        kw = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers,
+              "multiprocessing_context": multiprocessing_context}
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
+                      pin_memory=pin_memory, drop_last=drop_last,
+                      generator=torch.Generator().manual_seed(seed), **kw)
+
+
+def dataset_tensors(dataset) -> tuple[torch.Tensor, torch.Tensor]:
+    """The same images as normalised tensors (read through the dataset when it is not a TensorDataset)."""
+    from torch.utils.data import DataLoader, Subset, TensorDataset
+
+    base = dataset.dataset if isinstance(dataset, Subset) else dataset
+    if isinstance(base, TensorDataset) and not isinstance(dataset, Subset):
+        return base.tensors[0], base.tensors[1]
+    X, y = next(iter(DataLoader(dataset, batch_size=len(dataset))))
+    return X, y
+
+
+def time_loader(loader, *, epochs: int = 2, max_batches: int | None = None) -> dict:
+    """Iterate ``epochs`` passes (each at most ``max_batches``). Returns the time to the first batch (worker
+    start-up), every epoch's images/s, and ``images_per_s``: the median over epochs after the first
+    (the steady state; the first epoch when there is only one)."""
+    if not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive integer, got {epochs!r}")
+    rates, first_batch_s = [], None
+    for epoch in range(epochs):
+        n = 0
+        t0 = time.perf_counter()
+        for i, (X, _) in enumerate((loader if max_batches is None else itertools.islice(loader, max_batches))):
+            if i == 0 and epoch == 0:
+                first_batch_s = time.perf_counter() - t0
+            n += len(X)
+        dt = time.perf_counter() - t0
+        rates.append(n / dt if dt > 0 else float("nan"))
+    steady = rates[1:] or rates
+    return {"first_batch_s": first_batch_s, "epoch_images_per_s": rates, "first_epoch_images_per_s": rates[0],
+            "images_per_s": statistics.median(steady)}
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -347,6 +347,46 @@ def train_one_epoch(tr: Training, batches: Iterable, cfg: TrainConfig, *, max_st
             "seconds": seconds, "images_per_s": images / seconds if seconds > 0 else float("nan")}
 
 
+def train_with_loader(batches, *, model: str = "net", steps: int = 50, warmup_steps: int = 5, lr: float = 1e-3,
+                      device: str | torch.device = "cpu", seed: int = 0) -> dict:
+    """Train for ``steps`` timed steps (after ``warmup_steps``) and split each step into *waiting for data*
+    (time inside ``next(batches)``, plus the host-to-device copy) and *compute*. Returns images/s and
+    ``wait_fraction``: near 0 means the model is the bottleneck, near 1 means the loader is (03, 08)."""
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, got {steps!r}")
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    cuda = device.type == "cuda"
+    it = iter(batches)
+    wait = compute = 0.0
+    images = done = 0
+    while done < warmup_steps + steps:
+        t0 = time.perf_counter()
+        try:
+            X, y = next(it)
+        except StopIteration:
+            it = iter(batches)
+            X, y = next(it)
+        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        if cuda:
+            torch.cuda.synchronize(device)
+        t1 = time.perf_counter()
+        train_step(net, opt, X, y)
+        if cuda:
+            torch.cuda.synchronize(device)
+        t2 = time.perf_counter()
+        if done >= warmup_steps:
+            wait += t1 - t0
+            compute += t2 - t1
+            images += len(X)
+        done += 1
+    total = wait + compute
+    return {"images_per_s": images / total, "wait_fraction": wait / total, "wait_s": wait, "compute_s": compute,
+            "steps": steps, "images": images}
+
+
 @torch.no_grad()
 def evaluate(model: nn.Module, X: torch.Tensor, y: torch.Tensor, batch_size: int = 1024,
              amp: str = "none", channels_last: bool = False) -> dict:

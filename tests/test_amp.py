@@ -5,7 +5,6 @@ import warnings
 import pytest
 import torch
 
-from mnist_helpers.lessons import l05_precision_memory as amp_bench
 from mnist_helpers.lessons.l05_precision_memory import (accumulated_gradients, accumulation_memory, check_amp_strict, compare_precisions,
                                      deprecated_amp_warnings, gradient_underflow, scaler_skip_demo)
 from mnist_helpers.models import Net

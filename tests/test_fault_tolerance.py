@@ -1,5 +1,4 @@
 """Fault tolerance: step snapshots, exact mid-epoch resume, kill -9 under torchrun --max-restarts."""
-import os
 
 import pytest
 import torch

@@ -25,9 +25,11 @@ from typing import Iterable
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, Dataset, Subset, TensorDataset
+from torch.utils.data import Dataset, Subset, TensorDataset
 
-from mnist_helpers.data import MEAN, STD, TensorBatches, load_mnist, mnist_datasets
+from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets,
+                                 time_loader)
+from mnist_helpers.train import train_with_loader
 from mnist_helpers.models import build_model
 
 DATASET_KINDS = ("torchvision", "tensor", "pylist")
@@ -113,46 +115,8 @@ def dataset_nbytes(ds: Dataset) -> int:
 
 # --------------------------------------------------------------------------- loaders
 
-def make_loader(dataset: Dataset, batch_size: int = 128, *, num_workers: int = 0, pin_memory: bool = False,
-                prefetch_factor: int | None = 2, persistent_workers: bool = False, drop_last: bool = False,
-                shuffle: bool = True, seed: int = 0, multiprocessing_context: str | None = None) -> DataLoader:
-    """A DataLoader with the article's knobs. Knobs that only exist with workers (``prefetch_factor``,
-    ``persistent_workers``, a start method) are dropped when ``num_workers == 0``, as torch requires."""
-    _positive_int("batch_size", batch_size)
-    _workers_list([num_workers])
-    kw = {}
-    if num_workers > 0:
-        if prefetch_factor is not None:
-            _positive_int("prefetch_factor", prefetch_factor)
-        kw = {"prefetch_factor": prefetch_factor, "persistent_workers": persistent_workers,
-              "multiprocessing_context": multiprocessing_context}
-    return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, num_workers=num_workers,
-                      pin_memory=pin_memory, drop_last=drop_last,
-                      generator=torch.Generator().manual_seed(seed), **kw)
-
-
-def _take(iterable, max_batches):
+def _first(iterable, max_batches):
     return iterable if max_batches is None else itertools.islice(iterable, max_batches)
-
-
-def time_loader(loader, *, epochs: int = 2, max_batches: int | None = None) -> dict:
-    """Iterate ``epochs`` passes (each at most ``max_batches``). Returns the time to the first batch (worker
-    start-up), every epoch's images/s, and ``images_per_s``: the median over epochs after the first
-    (the steady state; the first epoch when there is only one)."""
-    _positive_int("epochs", epochs)
-    rates, first_batch_s = [], None
-    for epoch in range(epochs):
-        n = 0
-        t0 = time.perf_counter()
-        for i, (X, _) in enumerate(_take(loader, max_batches)):
-            if i == 0 and epoch == 0:
-                first_batch_s = time.perf_counter() - t0
-            n += len(X)
-        dt = time.perf_counter() - t0
-        rates.append(n / dt if dt > 0 else float("nan"))
-    steady = rates[1:] or rates
-    return {"first_batch_s": first_batch_s, "epoch_images_per_s": rates, "first_epoch_images_per_s": rates[0],
-            "images_per_s": statistics.median(steady)}
 
 
 def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4), batch_size: int = 128,
@@ -191,47 +155,6 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
 
 # --------------------------------------------------------------------------- training with a loader
 
-def train_with_loader(batches, *, model: str = "net", steps: int = 50, warmup_steps: int = 5, lr: float = 1e-3,
-                      device: str | torch.device = "cpu", seed: int = 0) -> dict:
-    """Train for ``steps`` timed steps (after ``warmup_steps``) and split each step into *waiting for data*
-    (time inside ``next(batches)``, plus the host-to-device copy) and *compute*. Returns images/s and
-    ``wait_fraction``: near 0 means the model is the bottleneck, near 1 means the loader is."""
-    _positive_int("steps", steps)
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    net = build_model(model).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    cuda = device.type == "cuda"
-    it = iter(batches)
-    wait = compute = 0.0
-    images = done = 0
-    while done < warmup_steps + steps:
-        t0 = time.perf_counter()
-        try:
-            X, y = next(it)
-        except StopIteration:
-            it = iter(batches)
-            X, y = next(it)
-        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if cuda:
-            torch.cuda.synchronize(device)
-        t1 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        F.nll_loss(net(X), y).backward()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize(device)
-        t2 = time.perf_counter()
-        if done >= warmup_steps:
-            wait += t1 - t0
-            compute += t2 - t1
-            images += len(X)
-        done += 1
-    total = wait + compute
-    return {"images_per_s": images / total, "wait_fraction": wait / total, "wait_s": wait, "compute_s": compute,
-            "steps": steps, "images": images}
-
-
 def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), batch_size: int = 128,
                    model: str = "net", steps: int = 50, warmup_steps: int = 5, pin_memory: bool = False,
                    device: str | torch.device = "cpu", tensor_baseline: bool = True) -> list[dict]:
@@ -244,21 +167,12 @@ def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), 
         rows.append({"loader": f"DataLoader, {w} workers", "num_workers": w, **r})
         del loader
     if tensor_baseline:
-        X, y = _dataset_tensors(dataset)
+        X, y = dataset_tensors(dataset)
         dev = torch.device(device)
         batches = TensorBatches(X.to(dev), y.to(dev), batch_size)
         r = train_with_loader(batches, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
         rows.append({"loader": f"TensorBatches on {dev.type}", "num_workers": None, **r})
     return rows
-
-
-def _dataset_tensors(dataset: Dataset) -> tuple[torch.Tensor, torch.Tensor]:
-    """The same images as normalised tensors (read through the dataset when it is not a TensorDataset)."""
-    base = dataset.dataset if isinstance(dataset, Subset) else dataset
-    if isinstance(base, TensorDataset) and not isinstance(dataset, Subset):
-        return base.tensors[0], base.tensors[1]
-    X, y = next(iter(DataLoader(dataset, batch_size=len(dataset))))
-    return X, y
 
 
 # --------------------------------------------------------------------------- worker memory
@@ -280,7 +194,7 @@ def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 2
     loader = make_loader(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
                          multiprocessing_context=multiprocessing_context)
     it = iter(loader)
-    for _ in _take(it, max_batches):
+    for _ in _first(it, max_batches):
         pass
     workers = getattr(it, "_workers", None) or []
     pids = [w.pid for w in workers if w.pid]
@@ -394,7 +308,7 @@ def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.devi
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         n, t0 = 0, time.perf_counter()
-        for X, _ in _take(batches, max_batches):
+        for X, _ in _first(batches, max_batches):
             X = X.to(device, non_blocking=True)
             n += len(X)
         if device.type == "cuda":

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from mnist_helpers.train import AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, train_one_epoch
-from mnist_helpers.memory import MiB, _as_device, current_bytes, graph_nodes, peak_memory, rss_peak_bytes
+from mnist_helpers.memory import MiB, current_bytes, graph_nodes, peak_memory
 
 # name -> (TrainConfig.amp, use GradScaler, channels_last)
 MODES = {

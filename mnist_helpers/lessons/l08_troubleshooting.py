@@ -542,19 +542,20 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
 def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 128, model: str = "fastnet",
                       num_workers: int = 0, subset: int = 4096) -> Repro:
     """The fraction of each training step spent waiting for data: the article's per-sample PIL loader
-    vs in-memory tensor batches (``mnist_helpers.lessons.l03_dataloader.train_with_loader`` of 03 does the timing)."""
+    vs in-memory tensor batches (``mnist_helpers.train.train_with_loader`` does the timing, as in 03)."""
     from mnist_helpers.data import TensorBatches
     from mnist_helpers.doctor import check_shm
-    from mnist_helpers.lessons.l03_dataloader import _dataset_tensors, make_dataset, make_loader, train_with_loader
+    from torch.utils.data import Subset
 
-    from mnist_helpers.lessons.l03_dataloader import time_loader
+    from mnist_helpers.data import dataset_tensors, make_loader, mnist_datasets, time_loader
+    from mnist_helpers.train import train_with_loader
 
-    ds = make_dataset("torchvision", subset=subset)
+    ds = Subset(mnist_datasets()[0], range(subset))  # the article's per-sample PIL route
     loader = make_loader(ds, batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
     alone = time_loader(loader, epochs=1, max_batches=steps)["images_per_s"]  # the loader with no model
     slow = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps)
     del loader
-    X, y = _dataset_tensors(ds)
+    X, y = dataset_tensors(ds)
     fast = train_with_loader(TensorBatches(X, y, batch_size), model=model, steps=steps, warmup_steps=warmup_steps)
     shm = check_shm(num_workers=max(num_workers, 2), batch_size=batch_size)
     bound = "the loader" if slow["wait_fraction"] > 0.3 else "the model's compute, not the loader,"

@@ -303,7 +303,6 @@ def timer_compare(model: str = "net", *, threads: Iterable[int] = (1, 2), channe
 # ==================================================================================================
 
 
-import os
 import statistics
 
 
@@ -527,7 +526,7 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
 
     # 3. the data feed: in-memory tensors, or a DataLoader with num_workers
     budget.start("loader")
-    from mnist_helpers.lessons.l03_dataloader import make_loader
+    from mnist_helpers.data import make_loader
     from mnist_helpers.data import TensorBatches, load_mnist, mnist_datasets
     from torch.utils.data import Subset
 
