@@ -30,10 +30,13 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/exercises             00-10  the closing exercises and their checkers
 
 Workers (run with torchrun or plain Python; each docstring has its commands):
-    workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py (00, 06, 07)
-    workers/demos/        06's demos behind one entry point: `-m mnist_helpers.workers.demos --demos ...`
-    workers/bugs/         08's reproductions, each with its --fix
-    workers/bench/        all-reduce, profiler and accumulation benchmarks (05, 07, 09)
+    workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py: one process, mp.spawn,
+                          torchrun, fault tolerance (00, 06, 07)
+    workers/demos/        06's demos behind one entry point (`-m mnist_helpers.workers.demos --demos ...`,
+                          common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation
+    workers/bugs/         08's reproductions, each with its --fix: port_in_use, local_rank, spawn_main,
+                          unused_param, collective_mismatch, oom
+    workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
 worker progression's diff rule, 06).

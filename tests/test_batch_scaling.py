@@ -114,12 +114,13 @@ def test_batch_explorer_static_table_and_widget(capsys):
              "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
             for rule, b, acc in [("fixed", 128, 0.95), ("fixed", 512, 0.90), ("linear", 512, 0.93),
                                  ("linear+warmup", 512, 0.94)]]
-    text = explorer_table(rows, "sgd", "test_acc")
-    lines = text.splitlines()
-    assert lines[1].split() == ["batch", "fixed", "linear", "linear+warmup"]
-    assert lines[2].split() == ["128", "95.00%", "95.00%", "95.00%"]  # the base batch is every rule's start
-    assert lines[3].split() == ["512", "90.00%", "93.00%", "94.00%"]
-    assert batch_explorer(rows, interactive=False) is None and "SGD | test accuracy" in capsys.readouterr().out
+    df = explorer_table(rows, "sgd", "test_acc")
+    assert list(df.columns) == ["batch_size", "fixed", "linear", "linear+warmup"]
+    assert df.iloc[0].tolist() == [128, 0.95, 0.95, 0.95]  # the base batch is every rule's start
+    assert df.iloc[1].tolist() == [512, 0.90, 0.93, 0.94]
+    assert batch_explorer(rows, interactive=False) is None
+    out = capsys.readouterr().out
+    assert "SGD | test accuracy" in out and "93.00%" in out
     box = batch_explorer(rows)
     opt, met = box.children[0].children
     met.value = "images_per_s"  # redraws without error

@@ -1,5 +1,6 @@
 """DataLoader sweeps and alternatives (notebook 03) on tiny data: tables, memory readings, verdicts, widget."""
 import math
+import multiprocessing
 
 import pytest
 import torch
@@ -64,10 +65,11 @@ def test_training_sweep_splits_wait_and_compute(tv):
         assert r["wait_s"] + r["compute_s"] == pytest.approx(r["images"] / r["images_per_s"])
 
 
+@pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform")
 def test_worker_memory_reads_each_worker(mnist_root):
     ds = {"tensor": lb.make_dataset("tensor", mnist_root, subset=2000),
           "pylist": lb.make_dataset("pylist", mnist_root, subset=2000)}
-    rows = lb.memory_sweep(ds, num_workers=1, batch_size=200)
+    rows = lb.memory_sweep(ds, num_workers=1, batch_size=200, start_methods=("fork",))  # named: 3.14 defaults to forkserver
     assert [r["dataset"] for r in rows] == ["tensor", "pylist"]
     for r in rows:
         assert r["start_method"] == "fork" and r["worker_uss_mib"] > 0

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mnist_helpers.lessons import l10_speedrun as speedrun
-from mnist_helpers.models import flops_per_image
+from mnist_helpers.models import build_model, flops_per_image
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(subset=512, test_subset=200, device="cpu")
@@ -104,13 +104,24 @@ def test_summary_and_speedup_from_runs():
     assert [r["recipe"] for r in rows] == ["article", "fast", "slow"]
     ratios = speedrun.speedup(rows, "article", 0.99)
     assert ratios["fast"] == pytest.approx(10.0) and ratios["slow"] is None
-    text = speedrun.summary_table(rows)
-    assert "article" in text and "2/2" in text and "0/1" in text
-    assert len({len(line) for line in text.splitlines()}) == 1  # fixed width
+    df = speedrun.summary_table(rows)
+    assert list(df["recipe"]) == ["article", "fast", "slow"]
+    assert list(df["reached 99.0%"]) == ["2/2", "2/2", "0/1"]
+    assert df["to 99.0% s"].tolist()[:2] == pytest.approx([110.0, 11.0]) and df["to 99.0% s"].isna().tolist()[2]
+    speedrun.show_summary(rows, caption="summary")  # plain text outside a notebook
+
+
+def test_run_line_is_prose():
+    hit = {"train_s": 1.5, "wall_s": 2.0, "epochs": 1.0, "step": 3, "images": 384, "acc": 0.995}
+    run = {"recipe": "fast", "seed": 2, "targets": {"0.99": hit, "0.995": None}, "final_acc": 0.995,
+           "train_s": 3.0, "wall_s": 4.0, "setup_s": 0.5, "images_per_s": 1000.0}
+    line = speedrun.run_line(run)
+    assert line.startswith("fast seed 2:") and "99.0% in 1.50 s" in line and "99.5% not reached" in line
+    assert "  " not in line  # prose, not padded columns
 
 
 def test_flops_and_peak():
-    small, net = speedrun.build("speednet", 12), speedrun.build("net")
+    small, net = build_model("speednet", 12), build_model("net")
     assert speedrun.training_flops_per_image(small) == 3 * flops_per_image(small)
     assert flops_per_image(net) / flops_per_image(small) > 5
     assert speedrun.measure_peak_flops("cpu", n=128, repeats=1, min_time_s=0.01) > 1e6

@@ -22,7 +22,18 @@ def test_sweep_runs_each_setting_in_its_own_process(capsys):
     assert [r["threads"] for r in rows] == [1, 2], "each subprocess really ran with its thread count"
     assert all(r["blocks"] == 2 for r in rows)
     assert max(r["vs_best"] for r in rows) == pytest.approx(1.0)
-    assert "img/s" in tp.format_rows(rows)
+    assert all(r["label"] == f"threads={r['threads']}" for r in rows)
+
+
+def test_the_module_runs_itself_with_dashed_flags():
+    settings = {"model": "fastnet", "batch_size": 8, "threads": 1, "channels_last": False, "tf32": True,
+                "steps": 1, "warmup": 0, "repeats": 1}
+    argv = tp.command(settings)
+    assert argv[1:3] == ["-m", "mnist_helpers.lessons.l01_resources"]
+    assert "--batch-size" in argv and "--no-channels-last" in argv and "--tf32" in argv
+    assert not any(a.startswith("--") and "_" in a for a in argv), "flags are dashed"
+    res = tp.measure(settings)
+    assert res["batch_size"] == 8 and res["threads"] == 1 and res["tf32"] is True and len(res["images_per_s"]) == 1
 
 
 def test_thread_counts():

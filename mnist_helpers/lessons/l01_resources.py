@@ -1,25 +1,64 @@
-"""A starting configuration for a machine, each choice with its reason (introduced in 01_resource_inspection).
+"""Notebook 01_resource_inspection's lesson code: the task level's starting configuration, and the
+framework level measured (the sweeps behind the "2x from configuration alone" claim).
 
-The article's third level of resources is the *task* configuration: batch size, DataLoader workers,
-pinned memory, mixed precision, processes per node. ``recommend_config(machine)`` turns a machine
-description into those settings, one row each with the reason, so a learner sees *why*:
+The hardware and framework levels are read by the core (``mnist_helpers.resources``); this module adds:
 
-    from mnist_helpers.lessons.l01_resources import recommend_config, as_kwargs, format_table
-    rows = recommend_config()                 # this machine (resources.machine_info())
-    print(format_table(rows))
-    TrainConfig(loader="dataloader", num_workers=as_kwargs(rows)["num_workers"])
+1. **A starting configuration for a machine, each choice with its reason.** The article's third level of
+   resources is the *task* configuration: batch size, DataLoader workers, pinned memory, mixed precision,
+   processes per node. ``recommend_config(machine)`` turns a machine description into those settings, one
+   row ``{"setting", "value", "reason"}`` each, so a learner sees *why*; ``measured_threads()`` reads back
+   the fastest thread count of this host's latest threads sweep (02 uses it)::
 
-A machine description is a dict like ``resources.machine_info()`` returns; only these keys are read:
-``logical_cores`` (int >= 1), ``ram_gib`` (> 0), ``gpus`` (list of ``{"name", "memory_gib",
-optional "capability": "8.6"}``), optional ``usable_cores`` (cores this process may use) and ``simd``
-(CPU features such as ``"amx_bf16"``). These are rules of thumb, the article's and ours; notebooks 03
-(workers), 04 (batch size), 05 (precision) and 07 (processes) measure whether they hold.
+       from mnist_helpers.display import show
+       from mnist_helpers.lessons.l01_resources import as_kwargs, recommend_config
+       rows = recommend_config()                 # this machine (resources.machine_info())
+       show(rows, columns=["setting", "value", "reason"])
+       TrainConfig(loader="dataloader", num_workers=as_kwargs(rows)["num_workers"])
+
+   A machine description is a dict like ``resources.machine_info()`` returns; only these keys are read:
+   ``logical_cores`` (int >= 1), ``ram_gib`` (> 0), ``gpus`` (list of ``{"name", "memory_gib", optional
+   "capability": "8.6"}``), optional ``usable_cores`` (cores this process may use) and ``simd`` (CPU features
+   such as ``"amx_bf16"``). These are rules of thumb, the article's and ours; notebooks 03 (workers), 04
+   (batch size), 05 (precision) and 07 (processes) measure whether they hold.
+
+2. **Training-step throughput under different framework settings.** The article claims that on the same
+   hardware, framework configuration alone can change utilisation about 2x. ``threads_sweep()`` measures it:
+   the series' training step (``train.train_step``: the model, Adam, one batch of synthetic MNIST-shaped data)
+   at ``torch.set_num_threads(1..N)`` and beyond. ``framework_sweep(configs)`` does the same for any settings
+   (on a GPU: TF32 on/off, ``cudnn.benchmark``, bf16 autocast). Each returns one row per setting (a list of
+   dicts) for ``display.show``.
+
+   Each point runs in a fresh subprocess, because thread pools are per process and a fresh process keeps one
+   setting from leaking into the next; it prints one JSON line::
+
+       python -m mnist_helpers.lessons.l01_resources --threads 2 --model fastnet --batch-size 32 --steps 5
+
+   Rounds are interleaved (1, 2, 4, 1, 2, 4, ...) so that a burst of load from other jobs on a shared machine
+   hits every setting alike; each point is the median over every timed block. Reported per point:
+   ``images_per_s`` and ``cpu_cores_busy`` (process CPU time / wall time during the timed blocks: the
+   utilisation the claim is about).
 """
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import numbers
-import textwrap
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+from mnist_helpers import experiments
+from mnist_helpers.models import build_model
+from mnist_helpers.resources import cpu_info, machine_info, usable_cores
+from mnist_helpers.train import check_amp, select_device, train_step
+
+# --------------------------------------------------------------------------- 1. the task configuration
 
 # Fake machines for the unit tests and for comparison tables in 01.
 EXAMPLE_MACHINES = {
@@ -94,10 +133,6 @@ def validate_machine(machine) -> dict:
 def train_memory_gib(batch_size: int, model: str = "net") -> float:
     """Estimated memory for one training step: activations kept for backward and their gradients
     (measured with forward hooks on one image), plus weights, gradients and Adam's two moments."""
-    import torch
-
-    from mnist_helpers.models import build_model
-
     net = build_model(model)
     acts = []
     hooks = [mod.register_forward_hook(lambda _m, _i, out: acts.append(out.numel()))
@@ -122,8 +157,6 @@ def recommend_config(machine: dict | None = None, *, model: str = "net") -> list
     """Rows ``{"setting", "value", "reason"}`` for device, processes_per_node, batch_size, num_workers,
     threads_per_process, pin_memory and amp. ``machine`` defaults to this machine."""
     if machine is None:
-        from mnist_helpers.resources import cpu_info, machine_info
-
         machine = machine_info()
         cpu = cpu_info()
         machine.update(usable_cores=cpu["usable_cores"], simd=cpu["simd"])
@@ -208,18 +241,6 @@ def as_kwargs(rows: list[dict]) -> dict:
     return {r["setting"]: r["value"] for r in rows}
 
 
-def format_table(rows: list[dict], width: int = 110) -> str:
-    """Fixed-width table: setting, value, and the reason wrapped under it."""
-    w1 = max(len("setting"), *(len(r["setting"]) for r in rows))
-    w2 = max(len("value"), *(len(str(r["value"])) for r in rows))
-    lines = [f"{'setting':<{w1}}  {'value':<{w2}}  reason"]
-    for r in rows:
-        wrapped = textwrap.wrap(r["reason"], max(30, width - w1 - w2 - 4)) or [""]
-        lines.append(f"{r['setting']:<{w1}}  {str(r['value']):<{w2}}  {wrapped[0]}")
-        lines += [f"{'':<{w1}}  {'':<{w2}}  {w}" for w in wrapped[1:]]
-    return "\n".join(lines)
-
-
 def measured_threads(hostname: str | None = None, *, path=None) -> tuple[int | None, str]:
     """The fastest ``torch.set_num_threads`` value in notebook 01's latest threads sweep on this host.
 
@@ -227,10 +248,6 @@ def measured_threads(hostname: str | None = None, *, path=None) -> tuple[int | N
     latest full-profile sweep, else the latest sweep of any profile. Returns ``(threads, reason)``,
     or ``(None, reason)`` when the experiment log holds no sweep for this host (then leave torch's default).
     """
-    import socket
-
-    from mnist_helpers import experiments
-
     host = hostname or socket.gethostname()
     rows = [r for r in experiments.query(path, notebook="01", name="threads-sweep", hostname=host)
             if isinstance(r.get("images_per_s"), dict) and r["images_per_s"]]
@@ -245,53 +262,22 @@ def measured_threads(hostname: str | None = None, *, path=None) -> tuple[int | N
                   f"img/s by threads {others})")
 
 
-# ==================================================================================================
-# Part from throughput.py
-# Training-step throughput under different framework settings (introduced in 01_resource_inspection).
-#
-# The article claims that on the same hardware, framework configuration alone can change utilisation
-# about 2x. ``threads_sweep()`` measures it: the same training step (model, Adam, one batch of synthetic
-# MNIST-shaped data) at ``torch.set_num_threads(1..N)`` and beyond. ``framework_sweep(configs)`` does the
-# same for any settings (on a GPU: TF32 on/off, ``cudnn.benchmark``).
-#
-# Each point runs in a fresh subprocess (``python -m mnist_helpers.lessons.l01_resources --threads 2 ...`` prints
-# one JSON line): thread pools are per process, and a fresh process keeps one setting from leaking into
-# the next. Rounds are interleaved (1, 2, 4, 1, 2, 4, ...) so that a burst of load from other jobs on a
-# shared machine hits every setting alike; each point is the median over every timed block.
-#
-# Reported per point: ``images_per_s`` and ``cpu_cores_busy`` (process CPU time / wall time during the
-# timed blocks: the utilisation the claim is about).
-# ==================================================================================================
-
-
-import argparse
-import json
-import os
-import statistics
-import subprocess
-import sys
-import time
-
-from mnist_helpers.resources import usable_cores
+# --------------------------------------------------------------------------- 2. framework settings, measured
 
 SETTING_KEYS = ("threads", "device", "channels_last", "tf32", "cudnn_benchmark", "amp")
+WORKLOAD_KEYS = ("model", "batch_size", "steps", "warmup", "repeats", "seed")
 
 
 def step_throughput(*, model: str = "net", batch_size: int = 128, threads: int | None = None,
                     device: str = "cpu", channels_last: bool = False, tf32: bool | None = None,
                     cudnn_benchmark: bool | None = None, amp: str = "none", steps: int = 10,
                     warmup: int = 3, repeats: int = 3, seed: int = 0) -> dict:
-    """Time ``repeats`` blocks of ``steps`` training steps in this process, after ``warmup`` steps.
+    """Time ``repeats`` blocks of ``steps`` training steps (``train.train_step``) in this process, after
+    ``warmup`` steps.
 
     Returns ``{"images_per_s": [per block], "cpu_cores_busy": [per block], ...settings}``.
     Changes this process's thread count and backend flags: run it in a subprocess (``measure``).
     """
-    import torch
-    import torch.nn.functional as F
-
-    from mnist_helpers.models import build_model
-    from mnist_helpers.train import AMP_DTYPES, check_amp, select_device
-
     for name, v in (("batch_size", batch_size), ("steps", steps), ("repeats", repeats)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
@@ -309,33 +295,24 @@ def step_throughput(*, model: str = "net", batch_size: int = 128, threads: int |
     if cudnn_benchmark is not None:
         torch.backends.cudnn.benchmark = cudnn_benchmark
     torch.manual_seed(seed)
-    net = build_model(model).to(dev)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    net = net.to(memory_format=fmt)
+    net = build_model(model).to(dev).to(memory_format=fmt)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
     X = torch.randn(batch_size, 1, 28, 28, device=dev).contiguous(memory_format=fmt)
     y = torch.randint(0, 10, (batch_size,), device=dev)
-    dtype = AMP_DTYPES[amp]
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(dev.type, dtype=dtype, enabled=dtype is not None):
-            loss = F.nll_loss(net(X).float(), y)
-        loss.backward()
-        opt.step()
 
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
     for _ in range(warmup):
-        step()
+        train_step(net, opt, X, y, amp=amp)
     sync()
     ips, busy = [], []
     for _ in range(repeats):
         c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(steps):
-            step()
+            train_step(net, opt, X, y, amp=amp)
         sync()
         wall = time.perf_counter() - t0
         ips.append(steps * batch_size / wall)
@@ -345,20 +322,28 @@ def step_throughput(*, model: str = "net", batch_size: int = 128, threads: int |
             "images_per_s": ips, "cpu_cores_busy": busy}
 
 
-def _command(settings: dict) -> list[str]:
-    return [sys.executable, "-m", "mnist_helpers.lessons.l01_resources", "--json", json.dumps(settings)]
+def command(settings: dict) -> list[str]:
+    """The subprocess that measures ``settings``: ``python -m mnist_helpers.lessons.l01_resources --threads 2 ...``
+    (``--tf32`` / ``--no-tf32`` for the on/off settings)."""
+    argv = [sys.executable, "-m", "mnist_helpers.lessons.l01_resources"]
+    for key, value in settings.items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag[2:])
+        elif value is not None:
+            argv += [flag, str(value)]
+    return argv
 
 
 def measure(settings: dict, *, timeout: float = 300.0) -> dict:
     """``step_throughput(**settings)`` in a fresh Python process (its own thread pool); returns its dict."""
-    unknown = set(settings) - set(SETTING_KEYS) - {"model", "batch_size", "steps", "warmup", "repeats", "seed"}
+    unknown = set(settings) - set(SETTING_KEYS) - set(WORKLOAD_KEYS)
     if unknown:
-        raise ValueError(f"unknown setting(s) {sorted(unknown)}; allowed: {', '.join(SETTING_KEYS)}, model, "
-                         "batch_size, steps, warmup, repeats, seed")
+        raise ValueError(f"unknown setting(s) {sorted(unknown)}; allowed: {', '.join(SETTING_KEYS + WORKLOAD_KEYS)}")
     env = dict(os.environ)
     if settings.get("threads"):  # the OpenMP/MKL pools read these before torch.set_num_threads runs
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(settings["threads"])
-    res = subprocess.run(_command(settings), capture_output=True, text=True, timeout=timeout, env=env)
+    res = subprocess.run(command(settings), capture_output=True, text=True, timeout=timeout, env=env)
     if res.returncode != 0:
         tail = "\n".join(res.stderr.strip().splitlines()[-5:])
         raise RuntimeError(f"throughput measurement {settings} failed (exit {res.returncode}):\n{tail}")
@@ -369,8 +354,9 @@ def framework_sweep(configs: list[dict], *, rounds: int = 3, common: dict | None
                     timeout: float = 300.0, echo: bool = True) -> list[dict]:
     """Measure each settings dict in ``configs`` ``rounds`` times, interleaved, each in a subprocess.
 
-    Returns one row per config: its settings, ``images_per_s`` (median over all timed blocks), ``spread``
-    ((max - min) / median), ``cpu_cores_busy`` (median), ``blocks``, and ``vs_best`` (images_per_s / best).
+    Returns one row per config (show it with ``display.show``): ``label``, its settings, ``images_per_s``
+    (median over all timed blocks), ``spread`` ((max - min) / median), ``cpu_cores_busy`` (median),
+    ``blocks``, and ``vs_best`` (images_per_s / best). ``echo`` prints one line per measurement as it lands.
     """
     if not configs or not all(isinstance(c, dict) for c in configs):
         raise ValueError("configs must be a non-empty list of settings dicts, e.g. [{'threads': 1}, {'threads': 2}]")
@@ -385,7 +371,7 @@ def framework_sweep(configs: list[dict], *, rounds: int = 3, common: dict | None
             samples[i]["busy"] += res["cpu_cores_busy"]
             samples[i]["result"] = res
             if echo:
-                print(f"round {r + 1}/{rounds} {label(cfg):<28} {statistics.median(res['images_per_s']):>8,.0f} img/s",
+                print(f"round {r + 1}/{rounds}, {label(cfg)}: {statistics.median(res['images_per_s']):,.0f} img/s",
                       flush=True)
     rows = []
     for cfg, s in zip(configs, samples):
@@ -418,19 +404,26 @@ def threads_sweep(threads: list[int] | None = None, *, rounds: int = 3, echo: bo
     return framework_sweep([{"threads": t} for t in threads], rounds=rounds, common=common, echo=echo)
 
 
-def format_rows(rows: list[dict]) -> str:
-    lines = [f"{'setting':<32} {'img/s':>8} {'spread':>7} {'cores busy':>10} {'vs best':>8}"]
-    for r in rows:
-        lines.append(f"{r['label']:<32} {r['images_per_s']:>8,.0f} {r['spread']:>7.0%} "
-                     f"{r['cpu_cores_busy']:>10.2f} {r['vs_best']:>8.2f}")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Time training steps; prints one JSON line.")
-    ap.add_argument("--json", default="{}", help='settings for step_throughput, e.g. \'{"threads": 2}\'')
+    ap = argparse.ArgumentParser(description="Time training steps (train.train_step) under one framework setting; "
+                                             "prints one JSON line (what measure() reads).")
+    ap.add_argument("--model", default="net", help="model from the registry (default: net)")
+    ap.add_argument("--batch-size", type=int, default=128, help="images per step (default: 128)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    ap.add_argument("--channels-last", action=argparse.BooleanOptionalAction, default=False,
+                    help="NHWC memory format for images and weights")
+    ap.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=None,
+                    help="TF32 for float32 matmuls and convolutions on a GPU (default: leave as is)")
+    ap.add_argument("--cudnn-benchmark", action=argparse.BooleanOptionalAction, default=None,
+                    help="cudnn.benchmark (default: leave as is)")
+    ap.add_argument("--amp", default="none", help="autocast dtype: none, bf16, fp16 (default: none)")
+    ap.add_argument("--steps", type=int, default=10, help="training steps per timed block (default: 10)")
+    ap.add_argument("--warmup", type=int, default=3, help="untimed steps first (default: 3)")
+    ap.add_argument("--repeats", type=int, default=3, help="timed blocks (default: 3)")
+    ap.add_argument("--seed", type=int, default=0, help="seed for weights and data (default: 0)")
     args = ap.parse_args(argv)
-    print(json.dumps(step_throughput(**json.loads(args.json))), flush=True)
+    print(json.dumps(step_throughput(**vars(args))), flush=True)
     return 0
 
 

@@ -1,36 +1,50 @@
-"""How fast can data reach the model? DataLoader sweeps and their alternatives (introduced in 03_dataloader_tuning).
+"""How fast can data reach the model? DataLoader sweeps, their alternatives and a widget (serves 03_dataloader_tuning).
 
-Every function returns a table (a list of flat dicts) so the notebook only plots and prints:
+The DataLoader itself (``make_loader``, ``time_loader``, ``dataset_tensors``) and the training loop that times
+data waits (``train_with_loader``) are core: ``mnist_helpers.data`` and ``mnist_helpers.train``. This module
+holds the notebook's measurements, each returning rows (a list of flat dicts) that the notebook shows as
+DataFrames and plots:
 
+- datasets: ``make_dataset("torchvision" | "tensor" | "pylist")``: the article's per-sample PIL route, an
+  in-memory ``TensorDataset``, and a list of small Python objects (to show refcount page-touching under fork);
+  ``dataset_nbytes`` for their size.
 - ``loader_sweep``: loader-only images/s over ``num_workers`` x ``pin_memory`` x ``prefetch_factor`` x
   ``persistent_workers`` (first-epoch start-up kept apart from the steady epoch).
 - ``training_sweep``: training images/s and the fraction of each step spent *waiting for data* (the signal
   the article reads from ``nvidia-smi -l 1``: a GPU idling at 0-30% is a GPU waiting for its loader).
-- ``worker_memory``: per-worker USS/PSS (psutil) after a full pass, to test "each worker copies the dataset".
-- ``feed_rates``: in-memory tensor batches (float32 or uint8 normalised per batch), GPU-resident batches and the
-  DataLoader with per-sample transforms, measured side by side.
+- ``worker_memory`` / ``memory_sweep``: per-worker USS/PSS/RSS (psutil) after a full pass, per start method, to
+  test "each worker copies the dataset".
+- ``disk_read_rate``: cold and warm reads of a file, for "the loader bottleneck is often disk I/O".
+- ``feed_rates``: in-memory tensor batches (float32, or ``Uint8Batches`` normalised per batch), GPU-resident
+  batches and the DataLoader with per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
-
-Datasets: ``make_dataset("torchvision" | "tensor" | "pylist")``: the article's per-sample PIL route, an in-memory
-``TensorDataset``, and a list of small Python objects (to show refcount page-touching under fork).
+- ``worker_verdicts``: the article's num_workers claims judged from a sweep.
+- ``loader_widget``: measure the loader once with given settings (a printed line: the static output nbmake
+  keeps), and in JupyterLab sliders and a button to measure again.
 """
 from __future__ import annotations
 
 import gc
 import itertools
 import math
+import os
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Iterable
 
+import psutil
 import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset, TensorDataset
 
 from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets,
-                                 time_loader)
-from mnist_helpers.train import train_with_loader
+                                read_idx, time_loader, verify_mnist)
+from mnist_helpers.io import MiB
 from mnist_helpers.models import build_model
+from mnist_helpers.resources import usable_cores
+from mnist_helpers.train import select_device, train_with_loader
 
 DATASET_KINDS = ("torchvision", "tensor", "pylist")
 
@@ -51,9 +65,8 @@ def _workers_list(num_workers: Iterable[int]) -> list[int]:
 
 
 def default_worker_counts(cores: int | None = None) -> list[int]:
-    """0, 1, then powers of two up to 2x the cores (the sweep the article's advice calls for)."""
-    import os
-    cores = cores or os.cpu_count() or 1
+    """0, 1, then powers of two up to 2x the cores this process may use (the sweep the article's advice calls for)."""
+    cores = cores or usable_cores()
     counts = [0, 1]
     w = 2
     while w <= 2 * cores:
@@ -107,7 +120,6 @@ def dataset_nbytes(ds: Dataset) -> int:
     if isinstance(base, TensorDataset):
         return sum(t.numel() * t.element_size() for t in base.tensors)
     if isinstance(base, PyListDataset):
-        import sys
         return sum(sys.getsizeof(r) + sys.getsizeof(t) + 28 for t in base.items for r in t[:1])
     data = getattr(base, "data", None)
     return data.numel() * data.element_size() if isinstance(data, torch.Tensor) else 0
@@ -168,7 +180,7 @@ def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), 
         del loader
     if tensor_baseline:
         X, y = dataset_tensors(dataset)
-        dev = torch.device(device)
+        dev = select_device(str(device))
         batches = TensorBatches(X.to(dev), y.to(dev), batch_size)
         r = train_with_loader(batches, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
         rows.append({"loader": f"TensorBatches on {dev.type}", "num_workers": None, **r})
@@ -177,18 +189,12 @@ def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), 
 
 # --------------------------------------------------------------------------- worker memory
 
-def _mib(n: int) -> float:
-    return n / 2**20
-
-
 def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 256,
                   multiprocessing_context: str | None = None, max_batches: int | None = None) -> dict:
     """Run one full pass with ``num_workers`` persistent workers, then read every worker's memory with
     psutil: USS (pages only this worker holds: what it really added), PSS (shared pages split between their
     sharers) and RSS (every page it maps, shared ones counted again in each process: the misleading number).
     Returns per-worker means in MiB next to the dataset's own size in the parent."""
-    import psutil
-
     _positive_int("num_workers", num_workers)
     gc.collect()
     loader = make_loader(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
@@ -204,15 +210,16 @@ def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 2
     parent = psutil.Process().memory_full_info()
     it._shutdown_workers()
     del it, loader
-    mean = lambda key: statistics.mean(_mib(getattr(i, key)) for i in infos)  # noqa: E731
+    mean = lambda key: statistics.mean(getattr(i, key) / MiB for i in infos)  # noqa: E731
     return {"num_workers": num_workers, "start_method": multiprocessing_context or torch.multiprocessing.get_start_method(),
-            "dataset_mib": _mib(dataset_nbytes(dataset)), "worker_uss_mib": mean("uss"), "worker_pss_mib": mean("pss"),
-            "worker_rss_mib": mean("rss"), "parent_uss_mib": _mib(parent.uss), "parent_rss_mib": _mib(parent.rss)}
+            "dataset_mib": dataset_nbytes(dataset) / MiB, "worker_uss_mib": mean("uss"), "worker_pss_mib": mean("pss"),
+            "worker_rss_mib": mean("rss"), "parent_uss_mib": parent.uss / MiB, "parent_rss_mib": parent.rss / MiB}
 
 
 def memory_sweep(datasets: dict[str, Dataset], *, num_workers: int = 2, batch_size: int = 256,
                  start_methods: Iterable[str | None] = (None,), max_batches: int | None = None) -> list[dict]:
-    """``worker_memory`` for each named dataset and start method (``None``: the platform default, fork on Linux).
+    """``worker_memory`` for each named dataset and start method (``None``: the platform default: ``fork`` on Linux
+    up to Python 3.13, ``forkserver`` from 3.14, ``spawn`` on macOS and Windows; name it when the lesson needs one).
 
     A worker's USS is never zero: the interpreter pages it writes after the fork are its own. So every start
     method is also measured on a 256-image baseline dataset, and ``added_uss_mib`` = USS - baseline USS is what
@@ -238,9 +245,6 @@ def memory_sweep(datasets: dict[str, Dataset], *, num_workers: int = 2, batch_si
 def disk_read_rate(path, *, repeats: int = 3, chunk: int = 1 << 20) -> dict:
     """MB/s reading ``path`` cold (after asking the kernel to drop it from the page cache with
     ``posix_fadvise(DONTNEED)``, which needs no root but is only a request) and warm (from the page cache)."""
-    import os
-    from pathlib import Path
-
     path = Path(path)
     size = path.stat().st_size
 
@@ -252,13 +256,13 @@ def disk_read_rate(path, *, repeats: int = 3, chunk: int = 1 << 20) -> dict:
             t0 = time.perf_counter()
             while os.read(fd, chunk):
                 pass
-            return size / 2**20 / (time.perf_counter() - t0)
+            return size / MiB / (time.perf_counter() - t0)
         finally:
             os.close(fd)
 
     cold = statistics.median(read(True) for _ in range(repeats))
     warm = statistics.median(read(False) for _ in range(repeats))
-    return {"file": path.name, "mib": size / 2**20, "cold_mib_per_s": cold, "warm_mib_per_s": warm}
+    return {"file": path.name, "mib": size / MiB, "cold_mib_per_s": cold, "warm_mib_per_s": warm}
 
 
 # --------------------------------------------------------------------------- tensor batches vs DataLoader
@@ -293,7 +297,6 @@ class Uint8Batches:
 
 def raw_uint8(root=None, subset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The raw training pixels as uint8 ``(N, 28, 28)`` and labels, straight from the verified IDX files."""
-    from mnist_helpers.data import read_idx, verify_mnist
     rdir = verify_mnist(root)
     X = torch.from_numpy(read_idx(rdir / "train-images-idx3-ubyte")[:subset].copy())
     y = torch.from_numpy(read_idx(rdir / "train-labels-idx1-ubyte")[:subset].astype("int64"))
@@ -387,11 +390,10 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
     torch.manual_seed(seed)
     net = build_model(model)
     net.train()
+    params = list(net.parameters())
 
-    def grad(idx):
-        net.zero_grad(set_to_none=True)
-        F.nll_loss(net(X[idx]), y[idx]).backward()
-        return torch.cat([p.grad.flatten() for p in net.parameters()])
+    def grad(idx):  # not a training step: the gradient at one fixed model is read, never applied
+        return torch.cat([g.flatten() for g in torch.autograd.grad(F.nll_loss(net(X[idx]), y[idx]), params)])
 
     full = sum(grad(torch.arange(s, min(s + 1024, n))) * min(1024, n - s) for s in range(0, n, 1024)) / n
     g = torch.Generator().manual_seed(seed)
@@ -402,6 +404,7 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
 
     err_full = rel_err(batch_size)
     err_last = rel_err(r) if r else float("nan")
+
     def one_image(module, x):
         try:
             module.train()(x)
@@ -456,27 +459,19 @@ def worker_verdicts(sweep: list[dict], cores: int) -> list[dict]:
             {"claim": "too many workers slow things down", "verdict": v2, "evidence": e2}]
 
 
-# ==================================================================================================
-# Part from widgets_loader.py
-# A small widget to re-run the DataLoader sweep with chosen settings (introduced in 03_dataloader_tuning).
-#
-# ``loader_widget(dataset)`` always runs once with the given settings and prints the result as plain text, so
-# the cell has a static output under nbmake/CI or in a viewer without a live kernel; with ``interactive=True``
-# (and ipywidgets importable) it also shows sliders and a button to measure again.
-# ==================================================================================================
-
-
-
+# --------------------------------------------------------------------------- the widget
 
 def _line(r: dict) -> str:
-    return (f"num_workers={r['num_workers']} pin_memory={r['pin_memory']} prefetch_factor={r['prefetch_factor']} "
-            f"persistent_workers={r['persistent_workers']} batch_size={r['batch_size']}: "
+    """One measurement as a sentence (settings, then rates): one line per press of *Measure*."""
+    return (f"num_workers={r['num_workers']}, pin_memory={r['pin_memory']}, prefetch_factor={r['prefetch_factor']}, "
+            f"persistent_workers={r['persistent_workers']}, batch_size={r['batch_size']}: "
             f"{r['images_per_s']:,.0f} img/s steady, {r['first_epoch_images_per_s']:,.0f} img/s first epoch, "
             f"first batch after {r['first_batch_s']:.2f} s")
 
 
 def measure(dataset, *, num_workers: int, batch_size: int, pin_memory: bool = False, prefetch_factor: int = 2,
             persistent_workers: bool = False, max_batches: int | None = 20) -> list[dict]:
+    """One ``loader_sweep`` row for these settings, printed as a sentence."""
     rows = loader_sweep(dataset, num_workers=(num_workers,), batch_size=batch_size, pin_memory=(pin_memory,),
                         prefetch_factor=(prefetch_factor,), persistent_workers=(persistent_workers,), epochs=2,
                         max_batches=max_batches)

@@ -9,9 +9,11 @@ batch twice as big takes half as many steps), under each learning-rate rule:
   reached by a linear ramp from the base LR over the first ``warmup_frac`` of the steps; Goyal et al. 2017);
 - Adam: ``fixed``, ``linear``, ``sqrt`` (LR x sqrt(batch/base), the rule that matches Adam's noise scaling).
 
-``batch_lr_sweep`` returns one row per run (test and train accuracy, generalisation gap, time, images/s, the
-per-step loss noise, divergence) and can log every run to the experiment log. ``scaling_verdicts`` turns the
-table into verdicts on the article's claims.
+``train_run`` is one run (the core's ``train_one_epoch``, with an optional warm-up scheduler); ``batch_lr_sweep``
+returns one row per run (test and train accuracy, generalisation gap, time, images/s, the per-step loss noise,
+divergence) and can log every run to the experiment log. ``scaling_verdicts`` turns the rows into verdicts on the
+article's claims. ``explorer_table`` (a DataFrame: batch size x LR rule) and ``batch_explorer`` (that table and a
+plot, with dropdowns in JupyterLab) let the reader browse the sweep.
 """
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ import math
 import statistics
 from typing import Callable, Iterable
 
+import pandas as pd
 import torch
 
 from mnist_helpers.data import TensorBatches
-from mnist_helpers.train import TrainConfig, build_training, evaluate, train_one_epoch
+from mnist_helpers.display import show
+from mnist_helpers.train import TrainConfig, build_training, evaluate, select_device, train_one_epoch
 
 RULES = {"sgd": ("fixed", "linear", "linear+warmup"), "adam": ("fixed", "linear", "sqrt")}
 BASE_LR = {"sgd": 0.05, "adam": 1e-3}  # SGD: Goyal et al.'s 0.1 per 256 images; Adam: the article's 1e-3
@@ -76,7 +80,7 @@ def train_run(data, *, batch_size: int, lr: float, optimizer: str = "sgd", model
         raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
     cfg = TrainConfig(model=model, batch_size=batch_size, lr=lr, optimizer=optimizer, num_epochs=num_epochs,
                       seed=seed, device=device)
-    dev = torch.device(device)
+    dev = select_device(device)
     batches = TensorBatches(X, y, batch_size, shuffle=True, seed=seed)
     tr = build_training(cfg, dev, steps_per_epoch=len(batches))
     total_steps = len(batches) * num_epochs
@@ -274,34 +278,34 @@ EXPLORER_METRICS = {"test_acc": "test accuracy", "train_acc": "train accuracy", 
                     "images_per_s": "training images/s", "loss_noise": "step-loss noise", "seconds": "seconds"}
 
 
-def explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> str:
-    """Fixed-width text: one line per batch size, one column per LR rule, cells = ``metric``."""
+def explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> pd.DataFrame:
+    """One row per batch size, one column per LR rule of ``optimizer``, cells = ``metric`` (NaN: not run)."""
     if optimizer not in RULES:
         raise ValueError(f"optimizer must be one of {', '.join(RULES)}; got {optimizer!r}")
     if metric not in EXPLORER_METRICS:
         raise ValueError(f"metric must be one of {', '.join(EXPLORER_METRICS)}; got {metric!r}")
     rules = RULES[optimizer]
-    curves = {rule: {r["batch_size"]: r for r in rows_for(rows, optimizer, rule, base_batch)} for rule in rules}
+    curves = {rule: {r["batch_size"]: r[metric] for r in rows_for(rows, optimizer, rule, base_batch)} for rule in rules}
     sizes = sorted({b for c in curves.values() for b in c})
-    pct = metric in ("test_acc", "train_acc", "gap")
-    lines = [f"{optimizer.upper()} | {EXPLORER_METRICS[metric]}", f"{'batch':>6} " + " ".join(f"{r:>14}" for r in rules)]
-    for b in sizes:
-        cells = []
-        for rule in rules:
-            r = curves[rule].get(b)
-            v = None if r is None else r[metric]
-            cells.append(f"{'':>14}" if v is None else f"{v:>14.2%}" if pct else f"{v:>14,.2f}")
-        lines.append(f"{b:>6} " + " ".join(cells))
-    return "\n".join(lines)
+    return pd.DataFrame([{"batch_size": b, **{rule: curves[rule].get(b) for rule in rules}} for b in sizes],
+                        columns=["batch_size", *rules])
+
+
+def show_explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> None:
+    """``explorer_table`` displayed: percentages for accuracies, captioned with the optimizer and metric."""
+    df = explorer_table(rows, optimizer, metric, base_batch)
+    fmt = "{:.2%}" if metric in ("test_acc", "train_acc", "gap") else "{:,.2f}"
+    show(df, formats={rule: fmt for rule in RULES[optimizer]},
+         caption=f"{optimizer.upper()} | {EXPLORER_METRICS[metric]}")
 
 
 def batch_explorer(rows: list[dict], base_batch: int = 128, *, optimizer: str = "sgd", metric: str = "test_acc",
                    interactive: bool = True):
     """The batch-size explorer (04): pick an optimizer and a metric, see every LR rule against batch size.
 
-    Prints the table for the starting choice first (the static output nbmake keeps); in JupyterLab
+    Shows the table for the starting choice first (the static output nbmake keeps); in JupyterLab
     it adds dropdowns that redraw the table and a plot. Returns the widget, or None when static."""
-    print(explorer_table(rows, optimizer, metric, base_batch))
+    show_explorer_table(rows, optimizer, metric, base_batch)
     if not interactive:
         return None
     try:
@@ -319,7 +323,7 @@ def batch_explorer(rows: list[dict], base_batch: int = 128, *, optimizer: str = 
     def redraw(_=None):
         out.clear_output(wait=True)
         with out:
-            print(explorer_table(rows, opt_w.value, met_w.value, base_batch))
+            show_explorer_table(rows, opt_w.value, met_w.value, base_batch)
             fig, ax = plt.subplots(figsize=(6, 3))
             for rule, marker in zip(RULES[opt_w.value], "os^"):
                 curve = rows_for(rows, opt_w.value, rule, base_batch)

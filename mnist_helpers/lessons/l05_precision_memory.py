@@ -1,35 +1,56 @@
-"""Mixed precision and gradient accumulation, measured (introduced in 05_mixed_precision_and_memory).
+"""Lesson 05: mixed precision, gradient accumulation and memory, measured (05_mixed_precision_and_memory).
+
+Serves notebook 05 and ``scripts/bench_amp.py``; lesson 08 runs ``leak_demo`` again in a fresh
+process. Every training step here is ``train.train_step`` (through ``train_one_epoch``); the notebook
+writes the autocast + GradScaler step out once, which is the lesson; memory is measured with the core
+``mnist_helpers.memory`` (``peak_memory``, ``run_isolated``). Functions return rows (a list of dicts) or
+a dict; the notebook shows them with ``display.show``.
 
 Today's API is ``torch.amp.autocast(device_type, dtype=...)`` and ``torch.amp.GradScaler(device_type)``;
-the article's ``torch.cuda.amp.autocast()`` / ``torch.cuda.amp.GradScaler()`` still run but warn
-(``deprecated_amp_warnings`` captures the warnings). Every function returns a table (a list of
-dicts) or a dict, built on ``train.build_training``/``train_one_epoch``, so the numbers come from the
-series' own training loop:
+the article's ``torch.cuda.amp.autocast()`` / ``torch.cuda.amp.GradScaler()`` still run but warn.
 
-- ``compare_precisions``: fp32, bf16, fp16 with or without GradScaler, channels_last; speed (median
-  of interleaved repeats), peak memory split into persistent and transient, final test accuracy;
+The API:
+- ``supported_amp``: which ``TrainConfig.amp`` options work here (``train.check_amp`` for each, which
+  also catches an autocast that silently disables itself);
+- ``deprecated_amp_warnings``: the warnings the article's spelling raises.
+
+Precision, measured:
+- ``compare_precisions``: fp32, bf16, fp16 with or without GradScaler, channels_last (``MODES``); speed
+  (median of interleaved repeats), peak memory split into persistent and transient, test accuracy;
 - ``gradient_underflow`` and ``scaler_skip_demo``: why fp16 needs a GradScaler, and what it does
-  when the scale is too large (inf gradients -> the step is skipped, the scale halves);
+  when the scale is too large (inf gradients -> the step is skipped, the scale halves).
+
+Gradient accumulation:
 - ``accumulated_gradients`` and ``accumulation_memory``: k micro-batches give the big batch's
-  gradient at a fraction of its activation memory;
-- ``check_amp_strict``: ``train.check_amp`` plus a clear message for an unknown dtype and a check
-  that autocast really ran in the requested dtype (CPU autocast may warn and disable itself).
+  gradient at a fraction of its activation memory (DDP's ``no_sync`` is the worker
+  ``workers/bench/accum_nosync``).
+
+Memory experiments (run through ``memory.run_isolated`` for a fresh process):
+- ``leak_demo``: summing the loss tensor instead of ``loss.item()`` keeps every batch's graph;
+- ``allocator_fragmentation`` (CUDA only): the caching allocator with and without ``expandable_segments``;
+- ``empty_cache_cost`` (CUDA only): what ``torch.cuda.empty_cache()`` after every step costs.
 """
 from __future__ import annotations
 
 import itertools
 import os
-import time
 import statistics
+import time
 import warnings
 
 import torch
 import torch.nn.functional as F
 
-from mnist_helpers.train import AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, train_one_epoch
-from mnist_helpers.memory import MiB, current_bytes, graph_nodes, peak_memory
+from mnist_helpers.data import TensorBatches
+from mnist_helpers.io import MiB
+from mnist_helpers.memory import current_bytes, graph_nodes, peak_memory
+from mnist_helpers.models import build_model
+from mnist_helpers.train import (AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, train_one_epoch,
+                                 train_step)
 
-# name -> (TrainConfig.amp, use GradScaler, channels_last)
+# A mode is a TrainConfig.amp (a key of train.AMP_DTYPES, checked by train.check_amp) plus what that table
+# does not say: whether fp16 keeps its GradScaler (off = what the scaler protects against) and channels_last.
+# name -> (TrainConfig.amp, GradScaler, channels_last)
 MODES = {
     "fp32": ("none", False, False),
     "bf16": ("bf16", False, False),
@@ -40,17 +61,14 @@ MODES = {
 }
 
 
-def check_amp_strict(amp: str, device) -> None:
-    """Kept for notebook 05's vocabulary: ``train.check_amp`` now does the strict checks itself."""
-    check_amp(amp, torch.device(device))
-
+# --------------------------------------------------------------------------- the API
 
 def supported_amp(device) -> dict:
-    """{amp: None if it works here, else the reason} for none, bf16 and fp16."""
+    """{amp: None if it works here, else the reason} for every ``TrainConfig.amp`` (``train.AMP_DTYPES``)."""
     out = {}
     for amp in AMP_DTYPES:
         try:
-            check_amp_strict(amp, device)
+            check_amp(amp, torch.device(device))
             out[amp] = None
         except ValueError as e:
             out[amp] = str(e)
@@ -80,8 +98,6 @@ def deprecated_amp_warnings() -> list[dict]:
 
 def _stream(X, y, batch_size, seed):
     """Endless shuffled batches, the same order for every mode (same seed)."""
-    from mnist_helpers.data import TensorBatches
-
     batches = TensorBatches(X, y, batch_size, shuffle=True, drop_last=True, seed=seed)
     for epoch in itertools.count():
         batches.set_epoch(epoch)
@@ -92,7 +108,7 @@ def _setup(mode: str, model: str, batch_size: int, lr: float, seed: int, device)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     amp, scaler, channels_last = MODES[mode]
-    check_amp_strict(amp, device)
+    check_amp(amp, device)
     cfg = TrainConfig(model=model, batch_size=batch_size, amp=amp, channels_last=channels_last, lr=lr, seed=seed)
     tr = build_training(cfg, device, steps_per_epoch=1)
     if amp == "fp16" and not scaler:
@@ -181,6 +197,7 @@ def gradient_underflow(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor,
     (what GradScaler does). Rows: scale, underflow_frac (entries nonzero in fp32 that came out
     exactly zero), rel_error (||g16 - g32|| / ||g32||), nonfinite (inf/nan entries).
     """
+    # Not train_step: a fixed loss scale and no optimizer step, to read the raw fp16 gradient at each scale.
     device_type = device_type or X.device.type
     model.zero_grad(set_to_none=True)
     F.nll_loss(model(X).float(), y).backward()
@@ -205,24 +222,18 @@ def scaler_skip_demo(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor, i
     """fp16 steps with a GradScaler whose scale starts too high: scaled gradients overflow to inf,
     ``scaler.step`` skips the update (weights unchanged) and ``update()`` halves the scale, until the
     gradients fit. Rows per step: step, scale, found_inf, skipped (weights unchanged), loss."""
-    device_type = X.device.type
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    scaler = torch.amp.GradScaler(device_type, init_scale=init_scale, growth_interval=1000)
+    scaler = torch.amp.GradScaler(X.device.type, init_scale=init_scale, growth_interval=1000)
     rows = []
     for step in range(1, num_steps + 1):
         before = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
-        opt.zero_grad(set_to_none=True)
-        with torch.autocast(device_type, dtype=torch.float16):
-            loss = F.nll_loss(model(X).float(), y)
         scale = scaler.get_scale()
-        scaler.scale(loss).backward()
-        scaler.unscale_(opt)
+        loss = train_step(model, opt, X, y, amp="fp16", scaler=scaler)
+        # scaler.step unscaled the gradients in place: an overflow is still inf/nan in .grad
         found_inf = any(not torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
-        scaler.step(opt)
-        scaler.update()
         after = torch.cat([p.detach().flatten() for p in model.parameters()])
         rows.append({"step": step, "scale": scale, "found_inf": bool(found_inf),
-                     "skipped": bool(torch.equal(before, after)), "loss": float(loss.detach())})
+                     "skipped": bool(torch.equal(before, after)), "loss": float(loss)})
     return rows
 
 
@@ -265,7 +276,7 @@ def accumulation_memory(k_values=(1, 2, 4, 8), *, X: torch.Tensor, y: torch.Tens
     return rows
 
 
-# --------------------------------------------------------------------------- the notebook's experiments
+# --------------------------------------------------------------------------- memory experiments
 
 def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = True, batch_size: int = 64,
               device: str = "cpu", model: str = "net", seed: int = 0) -> dict:
@@ -278,10 +289,6 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     ``torch.no_grad()``: then each kept graph still holds its saved activations.
     On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there.
     """
-    import torch.nn.functional as F
-
-    from mnist_helpers.models import build_model
-
     if accumulate not in ("tensor", "item"):
         raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
     dev = torch.device(device)
@@ -293,6 +300,7 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     total = 0.0
     used = []
     for _ in range(num_steps):
+        # Not train_step: the demo needs the loss tensor with its graph (train_step returns it detached).
         loss = F.nll_loss(net(X), y)
         if backward:
             opt.zero_grad(set_to_none=True)
@@ -337,12 +345,6 @@ def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "n
     (median ms per step, interleaved blocks so both see the same machine state)."""
     if not torch.cuda.is_available():
         raise ValueError("empty_cache_cost needs a CUDA device; on CPU read the reference results")
-    import statistics
-
-    import torch.nn.functional as F
-
-    from mnist_helpers.models import build_model
-
     dev = torch.device("cuda")
     net = build_model(model).to(dev)
     opt = torch.optim.Adam(net.parameters())
@@ -353,9 +355,7 @@ def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "n
         torch.cuda.synchronize(dev)
         t0 = time.perf_counter()
         for _ in range(n):
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(net(X), y).backward()
-            opt.step()
+            train_step(net, opt, X, y)
             if empty:
                 torch.cuda.empty_cache()
         torch.cuda.synchronize(dev)

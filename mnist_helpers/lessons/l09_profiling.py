@@ -1,32 +1,67 @@
-"""Where does a training step spend its time? (introduced in 09_profiling_and_autotune)
+"""Profiling, auto-configuration and the experience library (lesson module of 09_profiling_and_autotune).
 
-Two tools from the article's "automate" list, used on real training steps of the series' models:
+The article's last section in three parts: "automate with torch.profiler, torch.utils.benchmark and torchrun",
+"tune in the order batch size & workers > LR & optimizer > AMP & accumulation > distribution", and "record
+every experiment to build your own knowledge base".
 
-- ``torch.profiler``: :func:`profile_training` runs labelled steps (``data`` / ``forward`` / ``backward``
-  / ``all-reduce`` / ``optimizer`` via ``record_function``) under a wait / warm-up / active schedule,
-  writes a Chrome/Perfetto trace (open it at https://ui.perfetto.dev or chrome://tracing) and returns the
-  top-operator table; :func:`time_breakdown` sums the labels into data wait, compute and communication.
-  The DDP worker ``mnist_helpers/workers/bench/profile_ddp.py`` runs the same loop in 2 processes.
-- ``torch.utils.benchmark.Timer``: :func:`timer_compare` times one training step under several settings
-  (threads, channels_last, batch size) and reports median and IQR of many runs, never a single timing.
+1. Where does a training step spend its time?
+   - ``torch.profiler``: :func:`profile_training` runs labelled steps (``data`` / ``forward`` / ``backward`` /
+     ``all-reduce`` / ``optimizer`` via ``record_function``, see :func:`labelled_step`) under a wait / warm-up /
+     active schedule, writes a Chrome/Perfetto trace (open it at https://ui.perfetto.dev or chrome://tracing)
+     and returns the profiler's top-operator table; :func:`time_breakdown` sums the labels into data wait,
+     compute and communication, :func:`bottleneck` reads it in one line. The DDP worker
+     ``mnist_helpers/workers/bench/profile_ddp.py`` runs the same loop in 2 processes.
+   - ``torch.utils.benchmark.Timer``: :func:`timer_compare` times one training step (``train.train_step``)
+     under several settings (threads, channels_last, batch size) and reports median and IQR of many runs.
 
-    from mnist_helpers.lessons.l09_profiling import profile_training, time_breakdown
+2. Pick a configuration for *this* machine by measuring, under a time budget: :func:`autotune` runs the
+   article's order as a search (threads, batch size, data feed, AMP dtype, processes per node), each candidate
+   timed on real training steps (:func:`measure_steps`: median of repeats after a warm-up); what the budget did
+   not allow is recorded as skipped, never guessed. :func:`evidence_table` is its evidence as a DataFrame;
+   :func:`lr_optimizer_gain` measures the lever autotune does not touch (LR & optimizer) in steps to accuracy.
+
+3. The experience library: every run the series logged (``mnist_helpers.experiments``), compared across
+   notebooks and machines (:func:`overview`, :func:`runs_table`: DataFrames), the fastest configuration per
+   machine, each tuning lever's measured gain (:func:`lever_gains`) and a computed verdict on the article's
+   priority order (:func:`priority_verdict`), a CSV export and a small dashboard. Every function accepts an
+   empty log (a fresh clone).
+
+    from mnist_helpers.display import show
+    from mnist_helpers.lessons.l09_profiling import autotune, evidence_table, profile_training, time_breakdown
     res = profile_training(model="net", batch_size=128, trace_path="results/09_trace.json")
-    print(res["table"]); print(time_breakdown(res["events"]))
+    print(res["table"]); show(time_breakdown(res["events"], res["steps"]))
+    tuned = autotune(budget_s=60); show(evidence_table(tuned["evidence"]))
 """
 from __future__ import annotations
 
+import json
+import statistics
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Callable, Iterable
 
+import matplotlib.pyplot as plt
+import pandas as pd
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, record_function
+from torch.utils import benchmark
+from torch.utils.data import Subset
 
-from mnist_helpers.models import build_model
+from mnist_helpers.data import TensorBatches, load_mnist, make_loader, mnist_datasets
+from mnist_helpers.display import show, table
+from mnist_helpers.experiments import query, to_csv
+from mnist_helpers.launch import torchrun
+from mnist_helpers.live import ipython_kernel_active
 from mnist_helpers.memory import is_oom
+from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
+from mnist_helpers.train import (AMP_DTYPES, TrainConfig, check_amp, evaluate, make_train_batches, select_device,
+                                 train_step)
+
+# --------------------------------------------------------------------------- 1. torch.profiler
 
 LABELS = ("data", "forward", "backward", "all-reduce", "optimizer")
 CATEGORIES = {"data wait": ("data",), "compute": ("forward", "backward", "optimizer"),
@@ -51,6 +86,7 @@ def _check_schedule(wait: int, warmup: int, active: int) -> None:
         raise ValueError(f"active must be a positive integer (steps recorded), got {active!r}")
 
 
+# Not train.train_step: this step puts each phase (and an explicit all-reduce) under its own profiler label.
 def labelled_step(model, opt, batches_iter, device, *, allreduce: Callable[[], None] | None = None,
                   channels_last: bool = False) -> int:
     """One training step with every phase under its ``record_function`` label. Returns the batch size.
@@ -78,8 +114,6 @@ def labelled_step(model, opt, batches_iter, device, *, allreduce: Callable[[], N
 
 def allreduce_gradients(model: torch.nn.Module) -> Callable[[], None]:
     """Average the gradients over all ranks in one flat bucket (what DDP does, minus the overlap)."""
-    import torch.distributed as dist
-
     def run():
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -105,8 +139,6 @@ def _cycle(batches: Iterable):
 def make_batches(loader: str = "tensor", batch_size: int = 128, subset: int = 2048, num_workers: int = 0,
                  rank: int = 0, world_size: int = 1, root=None):
     """Training batches from in-memory tensors (``loader="tensor"``) or a torchvision DataLoader."""
-    from mnist_helpers.train import TrainConfig, make_train_batches
-
     cfg = TrainConfig(batch_size=batch_size, subset=subset, loader=loader, num_workers=num_workers,
                       data_root=None if root is None else str(root))
     return make_train_batches(cfg, torch.device("cpu"), rank=rank, world_size=world_size)
@@ -124,9 +156,7 @@ def profile_training(model: str | torch.nn.Module = "net", *, batches=None, batc
     "wall_s_per_step": plain wall time per active step, "images_per_step"}``.
     """
     _check_schedule(wait, warmup, active)
-    from mnist_helpers.train import select_device
-
-    device = select_device("auto") if device is None else torch.device(device)
+    device = select_device("auto" if device is None else str(device))
     torch.manual_seed(seed)
     net = build_model(model) if isinstance(model, str) else model
     net = net.to(device)
@@ -213,7 +243,11 @@ def bottleneck(breakdown: list[dict]) -> str:
 
 # --------------------------------------------------------------------------- torch.utils.benchmark
 
+STEP_STMT = "train_step(net, opt, X, y)"  # what the Timer runs: the series' one training step
+
+
 def _step_stmt_globals(model_name: str, batch_size: int, channels_last: bool, device) -> dict:
+    """The names :data:`STEP_STMT` needs: a seeded model, its Adam, one random batch; warmed up once."""
     torch.manual_seed(0)
     net = build_model(model_name).to(device)
     X = torch.randn(batch_size, 1, 28, 28, device=device)
@@ -222,13 +256,8 @@ def _step_stmt_globals(model_name: str, batch_size: int, channels_last: bool, de
         X = X.contiguous(memory_format=torch.channels_last)
     y = torch.randint(0, 10, (batch_size,), device=device)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        F.nll_loss(net(X), y).backward()
-        opt.step()
-    step()  # warm-up: first call allocates optimizer state and picks kernels
-    return {"step": step}
+    train_step(net, opt, X, y)  # warm-up: the first call allocates optimizer state and picks kernels
+    return {"train_step": train_step, "net": net, "opt": opt, "X": X, "y": y}
 
 
 def time_step(model: str = "net", *, batch_size: int = 128, threads: int | None = None, channels_last: bool = False,
@@ -236,17 +265,15 @@ def time_step(model: str = "net", *, batch_size: int = 128, threads: int | None 
               sub_label: str = "", description: str = ""):
     """One ``torch.utils.benchmark.Measurement`` of a full training step (forward, backward, Adam), with at
     least ``min_runs`` timed runs so that its median and IQR mean something even when a step is slow."""
-    from torch.utils import benchmark
-
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
     if min_run_time <= 0:
         raise ValueError(f"min_run_time must be positive seconds, got {min_run_time!r}")
-    device = torch.device("cpu") if device is None else torch.device(device)
+    device = select_device("cpu" if device is None else str(device))
     g = _step_stmt_globals(model, batch_size, channels_last, device)
-    timer = benchmark.Timer(stmt="step()", globals=g, num_threads=threads or torch.get_num_threads(),
+    timer = benchmark.Timer(stmt=STEP_STMT, globals=g, num_threads=threads or torch.get_num_threads(),
                             label=label, sub_label=sub_label, description=description)
     m = timer.blocked_autorange(min_run_time=min_run_time)
     while len(m.times) < min_runs:
@@ -262,8 +289,6 @@ def timer_compare(model: str = "net", *, threads: Iterable[int] = (1, 2), channe
     Returns ``{"rows": [{comparison, setting, median_ms, iqr_ms, runs, images_per_s, relative}], "text":
     benchmark.Compare's table}``; ``relative`` is images/s over the first setting of the same comparison.
     """
-    from torch.utils import benchmark
-
     base_threads = base_threads or torch.get_num_threads()
     plan = [("threads", t, dict(threads=t, batch_size=base_batch)) for t in threads]
     plan += [("channels_last", c, dict(channels_last=c, threads=base_threads, batch_size=base_batch))
@@ -285,28 +310,7 @@ def timer_compare(model: str = "net", *, threads: Iterable[int] = (1, 2), channe
     return {"rows": rows, "text": str(benchmark.Compare(measurements))}
 
 
-# ==================================================================================================
-# Part from autotune.py
-# Pick a training configuration for *this* machine by measuring, under a time budget
-# (introduced in 09_profiling_and_autotune).
-#
-# The article's tuning order, run as a search: threads, then batch size (the largest that fits, and the one
-# with the best throughput), then the data feed (in-memory tensors or a DataLoader with ``num_workers``),
-# then mixed precision, then processes per node. Every candidate is timed on real training steps (median of
-# repeats, after a warm-up); what the budget did not allow is recorded as skipped, never guessed.
-#
-#     from mnist_helpers.lessons.l09_profiling import autotune
-#     res = autotune(budget_s=60)
-#     res["config"]    # TrainConfig keyword arguments: batch_size, loader, num_workers, amp, threads
-#     res["nproc"]     # processes per node for torchrun
-#     res["evidence"]  # one row per candidate: stage, setting, images_per_s, iqr, status, chosen
-# ==================================================================================================
-
-
-import statistics
-
-
-from mnist_helpers.train import AMP_DTYPES, check_amp, select_device
+# --------------------------------------------------------------------------- 2. autotune
 
 STAGES = ("threads", "batch_size", "loader", "amp", "nproc")
 SHARES = {"threads": 0.15, "batch_size": 0.3, "loader": 0.2, "amp": 0.15, "nproc": 0.2}
@@ -338,7 +342,6 @@ def measure_steps(model: str, batch_size: int, *, device, amp: str = "none", thr
         torch.manual_seed(seed)
         net = build_model(model).to(device)
         opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-        dtype = AMP_DTYPES[amp]
         scaler = torch.amp.GradScaler(device.type) if amp == "fp16" else None
         if batches is None:
             X = torch.randn(batch_size, 1, 28, 28, device=device)
@@ -357,16 +360,7 @@ def measure_steps(model: str, batch_size: int, *, device, amp: str = "none", thr
         def step() -> int:
             Xb, yb = next(it)
             Xb, yb = Xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-            opt.zero_grad(set_to_none=True)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                loss = F.nll_loss(net(Xb).float(), yb)
-            if scaler:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            train_step(net, opt, Xb, yb, amp=amp, scaler=scaler)
             return len(Xb)
 
         def sync():
@@ -526,10 +520,6 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
 
     # 3. the data feed: in-memory tensors, or a DataLoader with num_workers
     budget.start("loader")
-    from mnist_helpers.data import make_loader
-    from mnist_helpers.data import TensorBatches, load_mnist, mnist_datasets
-    from torch.utils.data import Subset
-
     X, y, _, _ = load_mnist(subset=(subset, 1))
     # the article's feed first (a DataLoader with the most workers asked for: 4 by default), then fewer, then tensors
     feeds = [("dataloader", w) for w in sorted(num_workers, reverse=True)] + [("tensor", 0)]
@@ -592,8 +582,6 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
 def measure_processes(nproc: int, *, model: str = "net", batch_size: int = 128, threads: int | None = None,
                       active: int = 6, timeout: float = 180) -> dict:
     """Steady-state images/s of ``nproc`` data-parallel processes (DDP, profiled steps, launch excluded)."""
-    from mnist_helpers.launch import torchrun
-
     args = ["--model", model, "--batch-size", batch_size, "--subset", max(batch_size * nproc * 4, 512),
             "--wait", 1, "--warmup", 1, "--active", active, "--ddp"]
     if threads:
@@ -638,9 +626,6 @@ def lr_optimizer_gain(data, *, candidates=(("adam", 1e-3), ("adam", 3e-3), ("sgd
     the first candidate's steps over the best candidate's steps to the target (a time-to-accuracy speedup;
     steps cost the same whatever the LR).
     """
-    from mnist_helpers.data import TensorBatches
-    from mnist_helpers.train import evaluate
-
     X, y, X_test, y_test = data
     if steps < eval_every or eval_every < 1:
         raise ValueError(f"steps ({steps}) must be >= eval_every ({eval_every}) >= 1")
@@ -678,32 +663,7 @@ def lr_optimizer_gain(data, *, candidates=(("adam", 1e-3), ("adam", 3e-3), ("sgd
     return {"rows": rows, "target": target, "gain": gain}
 
 
-# ==================================================================================================
-# Part from library.py
-# The experience library: read back everything the series logged, compare, decide
-# (introduced in 09_profiling_and_autotune; built on ``mnist_helpers.experiments``).
-#
-# The article ends with "record every experiment's configuration and result to build your own knowledge
-# base". Notebooks 01 onwards append runs to ``results/experiments.jsonl``; this module turns that log
-# into answers:
-#
-#     from mnist_helpers import library
-#     rows = library.load()                          # flat rows (experiments.query), any notebook, any machine
-#     print(library.overview(rows))                  # runs per notebook and machine
-#     print(library.runs_table(rows))                # throughput and accuracy of every run that has them
-#     library.best_per_machine(rows)                 # fastest measured configuration per machine
-#     gains = library.lever_gains(rows)              # measured gains per tuning lever of the article
-#     library.priority_verdict(gains)                # is "batch & workers > LR & optimizer > AMP > distribution" true?
-#     library.export_csv(rows, "results/09_library.csv")
-#     library.dashboard(rows)                        # ipywidgets filter + plot; static text without a front-end
-#
-# Every function accepts an empty list (a fresh clone) and says so instead of failing.
-# ==================================================================================================
-
-
-from collections import defaultdict
-
-from mnist_helpers.experiments import flatten, query, read_log, table, to_csv  # noqa: F401 - re-exported for notebooks
+# --------------------------------------------------------------------------- 3. the experience library
 
 THROUGHPUT_KEYS = ("images_per_s", "median_images_per_s")
 ACCURACY_KEYS = ("final_test_acc", "test_acc")
@@ -842,8 +802,6 @@ def priority_verdict(gains: list[dict], machine: str | None = None, tolerance: f
     in the article's order (within ``tolerance``), ``partly holds`` when lever 1 has the largest gain,
     ``does not hold here`` otherwise, ``not enough evidence`` with fewer than two levers measured.
     """
-    import statistics
-
     per: dict[int, list[dict]] = defaultdict(list)
     for g in gains:
         if machine is None or g["machine"] == machine:
@@ -872,8 +830,6 @@ def priority_verdict(gains: list[dict], machine: str | None = None, tolerance: f
 
 def export_csv(rows: list[dict], path) -> Path:
     """Every row to CSV (nested values such as histories become their JSON-ish text)."""
-    import json
-
     flat = [{k: (json.dumps(v) if isinstance(v, (list, dict)) else v) for k, v in r.items()} for r in rows]
     if not flat:
         flat = [{"notebook": None, "name": None}]  # a header, so the file is still a valid (empty) table
@@ -882,8 +838,6 @@ def export_csv(rows: list[dict], path) -> Path:
 
 def plot_runs(rows: list[dict], ax=None, title: str | None = None):
     """Horizontal bars: images/s of every comparable run, coloured by notebook, accuracy written at the end."""
-    import matplotlib.pyplot as plt
-
     rows = comparable(rows)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, max(2.0, 0.35 * len(rows) + 1)))
@@ -907,8 +861,6 @@ def plot_runs(rows: list[dict], ax=None, title: str | None = None):
 
 def plot_gains(verdict: dict, ax=None):
     """Bars of the median measured gain per lever, in the article's order."""
-    import matplotlib.pyplot as plt
-
     if ax is None:
         _, ax = plt.subplots(figsize=(6, 3))
     levers = verdict["levers"]
@@ -937,13 +889,10 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
     Prints a static table and draws the plot first (what a saved or CI-executed notebook shows), then,
     when ipywidgets and a live kernel are there, returns the widgets that redraw on every change.
     """
-    import matplotlib.pyplot as plt
-
     print(runs_table(rows, last=last))
     plot_runs(comparable(rows)[-last:] if last else rows)
     plt.show()
     if interactive is None:
-        from mnist_helpers.live import ipython_kernel_active
         interactive = ipython_kernel_active()
     if not interactive:
         return None

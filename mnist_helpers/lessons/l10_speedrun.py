@@ -21,66 +21,37 @@ of the training time and reported on its own (``setup_s``), as in KellerJordan/c
 and optimizer state are reset to their initial values afterwards, so the timed run starts from scratch.
 
 ``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
-load changes hurts every recipe alike) and ``summarize`` turns the runs into a table; the benchmark
-``scripts/bench_time_to_accuracy.py`` and ``scripts/device_check.sh`` are thin wrappers around them.
+load changes hurts every recipe alike); ``summarize`` turns the runs into one row per recipe, ``summary_table``
+into a DataFrame and ``show_summary`` displays it; ``speedup`` divides times to a target. The benchmark
+``scripts/bench_time_to_accuracy.py`` and ``scripts/device_check.sh`` are thin wrappers around them. The physical
+limit: ``training_flops_per_image`` and ``measure_peak_flops`` (the measured matmul peak).
+
+Built on the core: models from ``models.build_model`` (SpeedNet is registered there), ``train.select_device``,
+``train.train_step`` (every step, compiled or captured ones included), ``train.evaluate``, ``data.TensorBatches``
+and ``display`` for the tables.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
+import pandas as pd
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from mnist_helpers.models import FastNet, Net, NetBN
+from mnist_helpers.data import TensorBatches, load_mnist
+from mnist_helpers.display import show, table
+from mnist_helpers.models import MODELS, build_model, flops_per_image
+from mnist_helpers.train import (AMP_DTYPES, TrainConfig, evaluate, make_train_batches, seed_everything,
+                                 select_device, train_step)
 
 LEVELS = ("hardware", "framework", "task")
 DATA_PATHS = ("dataloader", "tensors", "device")
-AMP = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-# --------------------------------------------------------------------------- models
-
-class SpeedNet(nn.Module):
-    """FastNet tuned for a CPU speedrun: the same conv-BN-ReLU-pool blocks, narrower (``width`` -> 2x -> 4x
-    channels) and with a 5x5 first block so one layer sees a stroke. At width 12: 17,758 parameters and 2.5 MFLOP
-    per forward image (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Not registered in
-    ``models.MODELS``: build it with ``speedrun.build("speednet", width)``."""
-
-    def __init__(self, width: int = 12):
-        super().__init__()
-        w1, w2, w3 = width, 2 * width, 4 * width
-
-        def block(c_in, c_out, k):
-            return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False), nn.BatchNorm2d(c_out),
-                                 nn.ReLU(inplace=True), nn.MaxPool2d(2))
-
-        self.features = nn.Sequential(block(1, w1, 5), block(w1, w2, 3), block(w2, w3, 3))
-        self.head = nn.Linear(w3 * 3 * 3, 10)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.head(torch.flatten(self.features(x), 1)), dim=1)
-
-
-SPEED_MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet}
-
-
-def build(name: str, width: int | None = None) -> nn.Module:
-    """A fresh model by name; ``width`` for fastnet/speednet (None: the class default)."""
-    try:
-        cls = SPEED_MODELS[name]
-    except KeyError:
-        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(SPEED_MODELS)}") from None
-    if width is None:
-        return cls()
-    if name not in ("fastnet", "speednet"):
-        raise ValueError(f"width only applies to fastnet and speednet, not {name!r}; leave width=None")
-    return cls(width)
 
 
 # --------------------------------------------------------------------------- recipes
@@ -117,8 +88,8 @@ class Recipe:
         bad = [lv for lv in self.levels if lv not in LEVELS]
         if not self.levels or bad:
             raise ValueError(f"levels must be a non-empty tuple from {LEVELS}; got {self.levels!r}")
-        if self.model not in SPEED_MODELS:
-            raise ValueError(f"model must be one of {', '.join(SPEED_MODELS)}; got {self.model!r}")
+        if self.model not in MODELS:
+            raise ValueError(f"model must be one of {', '.join(MODELS)}; got {self.model!r}")
         if self.data not in DATA_PATHS:
             raise ValueError(f"data must be one of {', '.join(DATA_PATHS)}; got {self.data!r}")
         for name in ("batch_size", "eval_every_steps"):
@@ -132,8 +103,8 @@ class Recipe:
         if self.optimizer not in ("adam", "sgd") or self.scheduler not in ("none", "onecycle"):
             raise ValueError(f"optimizer must be adam or sgd and scheduler none or onecycle; "
                              f"got {self.optimizer!r}, {self.scheduler!r}")
-        if self.amp not in AMP:
-            raise ValueError(f"amp must be one of {', '.join(AMP)}; got {self.amp!r}")
+        if self.amp not in AMP_DTYPES:
+            raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {self.amp!r}")
         if self.cuda_graphs and not (self.data == "device" and self.drop_last):
             raise ValueError("cuda_graphs needs data='device' and drop_last=True (a captured graph has static "
                              "input shapes and addresses)")
@@ -270,47 +241,17 @@ class TrainTimer:
         return self.total
 
 
-def select_device(spec: str = "auto") -> torch.device:
-    if spec == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(spec)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {spec!r} asked for but CUDA is not available; use 'cpu' or 'auto'")
-    return dev
-
-
 # --------------------------------------------------------------------------- data
 
-class _DeviceBatches:
-    """Shuffled batches of tensors already on the training device (the shuffle happens there too)."""
-
-    def __init__(self, X, y, batch_size, drop_last, seed):
-        self.X, self.y, self.batch_size, self.drop_last = X, y, batch_size, drop_last
-        self.gen = torch.Generator(device=X.device).manual_seed(seed)
-
-    def __len__(self):
-        n = len(self.X)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
-
-    def __iter__(self):
-        idx = torch.randperm(len(self.X), device=self.X.device, generator=self.gen)
-        for i in range(len(self)):
-            b = idx[i * self.batch_size:(i + 1) * self.batch_size]
-            yield self.X[b], self.y[b]
-
-
 def _train_batches(recipe: Recipe, device: torch.device, seed: int, subset: int | None, data_root=None):
-    from mnist_helpers.data import TensorBatches, load_mnist
-
+    """The recipe's data path: the article's DataLoader, or in-memory ``TensorBatches`` in host or device memory
+    (shuffled per epoch from ``seed``; on a GPU only the epoch's index permutation crosses to the device)."""
     if recipe.data == "dataloader":
-        from mnist_helpers.train import TrainConfig, make_train_batches
         cfg = TrainConfig(model="net", batch_size=recipe.batch_size, loader="dataloader", seed=seed,
                           num_workers=recipe.num_workers, pin_memory=True, subset=subset, data_root=data_root)
         return make_train_batches(cfg, device)
     where = device if recipe.data == "device" else "cpu"
     X, y, _, _ = load_mnist(data_root, device=where, subset=subset)
-    if recipe.data == "device":
-        return _DeviceBatches(X, y, recipe.batch_size, recipe.drop_last, seed)
     return TensorBatches(X, y, recipe.batch_size, shuffle=True, drop_last=recipe.drop_last, seed=seed)
 
 
@@ -397,9 +338,6 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     ``setup_s`` (warm-up, compilation, graph capture), ``images_per_s``, ``steps``, ``evals`` (the curve),
     ``notes``. A target not reached within the budget is None, never a guess.
     """
-    from mnist_helpers.data import load_mnist
-    from mnist_helpers.train import seed_everything
-
     targets = sorted(float(t) for t in targets)
     if not targets or any(not 0 < t <= 1 for t in targets):
         raise ValueError(f"targets must be accuracies in (0, 1], e.g. (0.99, 0.995); got {targets!r}")
@@ -415,11 +353,9 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     if recipe.requires_cuda and reason:
         raise ValueError(f"recipe {recipe.name!r} cannot run on {device}: {reason}")
     if recipe.compile and device.type == "cpu":
-        import shutil
         if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
             raise ValueError("torch.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
                              "install one or drop compile from the recipe")
-    dtype = AMP[recipe.amp]
     notes: list[str] = []
     wall0 = time.perf_counter()
 
@@ -431,7 +367,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     if max_steps is not None:
         total_steps = min(total_steps, max_steps)
     seed_everything(seed)
-    model = build(recipe.model, recipe.width).to(device)
+    model = build_model(recipe.model, recipe.width).to(device)
     if recipe.channels_last:
         model = model.to(memory_format=torch.channels_last)
     opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
@@ -448,14 +384,9 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             X = X.contiguous(memory_format=torch.channels_last)
         return X, y
 
-    def step_eager(X, y):
-        with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-            out = forward(X)
-        loss = F.cross_entropy(out.float(), y, label_smoothing=recipe.label_smoothing)
-        opt.zero_grad(set_to_none=not recipe.cuda_graphs)
-        loss.backward()
-        opt.step()
-        return loss
+    def do_step(X, y):  # the core's step on `forward` (compiled or not); a captured graph keeps the grads in place
+        return train_step(forward, opt, X, y, amp=recipe.amp, label_smoothing=recipe.label_smoothing,
+                          set_to_none=not recipe.cuda_graphs)
 
     # --- warm-up: oneDNN/cuDNN primitives, compilation, CUDA-graph capture; then reset to the initial state
     t_setup = time.perf_counter()
@@ -469,12 +400,12 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
                 for _ in range(3):
-                    step_eager(static_X, static_y)
+                    do_step(static_X, static_y)
             torch.cuda.current_stream().wait_stream(side)
             _reset(model, opt, init_state)  # zero the state before capture so the graph sees the real tensors
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
-                step_eager(static_X, static_y)
+                do_step(static_X, static_y)
             return g
 
         try:
@@ -490,7 +421,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
         _set_lr(opt, lr_at(0))
     else:
         for X, y in warm + warm:  # evaluation runs the eager model, so only the training graph is compiled
-            step_eager(X, y)
+            do_step(X, y)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     _reset(model, opt, init_state)
@@ -507,7 +438,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
 
     def do_eval():
         train_s = timer.stop()
-        acc = _evaluate(model, X_test, y_test, dtype, recipe.channels_last)
+        acc = evaluate(model, X_test, y_test, 2000, recipe.amp, recipe.channels_last)["acc"]
         row = {"step": step, "images": images, "epochs": step / steps_per_epoch, "train_s": train_s,
                "wall_s": time.perf_counter() - wall0, "acc": acc}
         evals.append(row)
@@ -537,7 +468,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
                 static_y.copy_(y, non_blocking=True)
                 graph.replay()
             else:
-                step_eager(X, y)
+                do_step(X, y)
             step += 1
             images += len(y)
             if step % every == 0 or step >= total_steps:
@@ -580,20 +511,6 @@ def _take(batches, n):
     return out
 
 
-@torch.no_grad()
-def _evaluate(model, X, y, dtype, channels_last, batch_size: int = 2000) -> float:
-    model.eval()
-    correct = torch.zeros((), dtype=torch.int64, device=X.device)
-    for i in range(0, len(X), batch_size):
-        Xb = X[i:i + batch_size]
-        if channels_last:
-            Xb = Xb.contiguous(memory_format=torch.channels_last)
-        with torch.autocast(X.device.type, dtype=dtype, enabled=dtype is not None):
-            out = model(Xb)
-        correct += (out.argmax(1) == y[i:i + batch_size]).sum()
-    return int(correct) / len(X)
-
-
 # --------------------------------------------------------------------------- several runs
 
 def compare(recipe_list: list[Recipe], seeds: Iterable[int], targets=(0.99, 0.995), *, verbose: bool = True,
@@ -614,18 +531,13 @@ def compare(recipe_list: list[Recipe], seeds: Iterable[int], targets=(0.99, 0.99
     return runs
 
 
-def _fmt_s(v):
-    return f"{v:8.2f}" if v is not None else "       -"
-
-
 def run_line(run: dict) -> str:
-    """One fixed-width line per run: recipe, seed, time to each target, final accuracy."""
-    parts = [f"{run['recipe']:<9} seed {run['seed']:>2}"]
-    for key, hit in run["targets"].items():
-        parts.append(f"to {float(key):.1%} {_fmt_s(hit['train_s'] if hit else None)} s")
-    parts.append(f"final {run['final_acc']:.2%} | {run['train_s']:7.2f} s train | {run['wall_s']:7.1f} s wall | "
-                 f"setup {run['setup_s']:5.1f} s | {run['images_per_s']:>8,.0f} img/s")
-    return " | ".join(parts)
+    """One line of prose per finished run (printed while the next one trains): time to each target, final accuracy,
+    training, wall and set-up time, throughput."""
+    hits = "; ".join(f"{float(key):.1%} " + (f"in {hit['train_s']:.2f} s" if hit else "not reached")
+                     for key, hit in run["targets"].items())
+    return (f"{run['recipe']} seed {run['seed']}: {hits}; final {run['final_acc']:.2%}; {run['train_s']:.2f} s "
+            f"training, {run['wall_s']:.1f} s wall, {run['setup_s']:.1f} s set-up; {run['images_per_s']:,.0f} img/s")
 
 
 def _mean_sd(values):
@@ -659,24 +571,33 @@ def summarize(runs: list[dict]) -> list[dict]:
     return rows
 
 
-def summary_table(rows: list[dict]) -> str:
-    """Fixed-width text: one line per recipe."""
-    keys = [k[1:-5] for k in rows[0] if k.startswith("t") and k.endswith("_mean") and "wall" not in k
-            and "epochs" not in k]
-    head = f"{'recipe':<9} {'runs':>4}"
-    for k in keys:
-        head += f" | {'to ' + format(float(k), '.1%'):>8} {'± sd':>6} {'hit':>5}"
-    head += f" | {'final acc':>9} {'± sd':>6} | {'img/s':>8} | {'setup s':>7}"
-    lines = [head, "-" * len(head)]
+def _target_keys(rows: list[dict]) -> list[str]:
+    return [k[1:-5] for k in rows[0] if k.startswith("t") and k.endswith("_mean") and "wall" not in k
+            and "epochs" not in k] if rows else []
+
+
+def summary_table(rows: list[dict]) -> pd.DataFrame:
+    """``summarize``'s rows as a DataFrame, one row per recipe: per target the mean and sd of the training time
+    to it (over the runs that reached it) and how many runs did (``2/2``), final accuracy, img/s, set-up s."""
+    out = []
     for r in rows:
-        line = f"{r['recipe']:<9} {r['runs']:>4}"
-        for k in keys:
-            m, sd = r[f"t{k}_mean"], r[f"t{k}_sd"]
-            line += (f" | {m:7.2f}s {sd:6.2f}" if m is not None else f" | {'-':>8} {'':>6}")
-            line += f" {r[f't{k}_reached']:>2}/{r['runs']:<2}"
-        line += f" | {r['acc_mean']:9.2%} {100 * r['acc_sd']:5.2f}% | {r['images_per_s']:8,.0f} | {r['setup_s']:7.1f}"
-        lines.append(line)
-    return "\n".join(lines)
+        row = {"recipe": r["recipe"], "runs": r["runs"]}
+        for k in _target_keys(rows):
+            label = f"{float(k):.1%}"
+            row[f"to {label} s"], row[f"to {label} sd"] = r[f"t{k}_mean"], r[f"t{k}_sd"]
+            row[f"reached {label}"] = f"{r[f't{k}_reached']}/{r['runs']}"
+        row.update({"final acc": r["acc_mean"], "acc sd": r["acc_sd"], "img/s": r["images_per_s"],
+                    "setup s": r["setup_s"]})
+        out.append(row)
+    return table(out)
+
+
+def show_summary(rows: list[dict], caption: str | None = None) -> None:
+    """Display ``summary_table(rows)`` with its number formats (a styled table in a notebook, text elsewhere)."""
+    df = summary_table(rows)
+    formats = {c: "{:.2f}" for c in df.columns if c.startswith("to ")}
+    formats.update({"final acc": "{:.2%}", "acc sd": "{:.2%}", "img/s": "{:,.0f}", "setup s": "{:.1f}"})
+    show(df, formats=formats, caption=caption)
 
 
 def speedup(rows: list[dict], baseline: str, target: float = 0.99) -> dict[str, float | None]:
@@ -697,7 +618,6 @@ def speedup(rows: list[dict], baseline: str, target: float = 0.99) -> dict[str, 
 
 def training_flops_per_image(model: nn.Module) -> int:
     """Forward FLOPs x 3: the backward pass costs about twice the forward (gradients for inputs and weights)."""
-    from mnist_helpers.models import flops_per_image
     return 3 * flops_per_image(model)
 
 

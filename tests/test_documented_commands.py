@@ -1,0 +1,123 @@
+"""Every command the series documents is checked: its module exists and its flags parse.
+
+Commands are collected from the package's docstrings and comments, the README, docs/ and the notebooks:
+each line that runs ``python -m mnist_helpers...`` or ``torchrun ... -m mnist_helpers...`` (with ``\\``
+continuations joined). One subprocess then runs each command's module as ``__main__`` with the documented
+arguments, up to the moment its parser has parsed them (``ArgumentParser.parse_args`` is wrapped to stop
+there), so a flag that the worker does not accept (``--num_epochs`` where the flag is ``--epochs``) fails
+this test without training anything. torchrun's own options go through torchrun's parser.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+COMMAND = re.compile(r"(?:^|[\s`'\"$!(])((?:python3?|torchrun)\s[^`'\"\n]*?-m\s+mnist_helpers[\w.]*[^`'\"\n]*)")
+# placeholders a reader replaces; they parse as the strings or numbers below
+PLACEHOLDERS = {"{root}": "data", "NODE0": "localhost", "HOST:": "localhost:", "$NODE_RANK": "0", "${NODE_RANK}": "0"}
+UNCHECKABLE = ("...", "<", "[", "module:fu", "package.module")  # elisions and argument templates
+
+
+def _texts():
+    for path in sorted((REPO / "mnist_helpers").rglob("*.py")):
+        yield path, path.read_text()
+    for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), *sorted((REPO / "scripts").rglob("*.py"))]:
+        if path.exists():
+            yield path, path.read_text()
+    for path in sorted((REPO / "notebooks").glob("[0-9]*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        yield path, "\n".join("".join(c["source"]) for c in cells)
+
+
+def documented_commands() -> list[tuple[str, str]]:
+    found = {}
+    for path, text in _texts():
+        text = re.sub(r"\\\\?\n\s*", " ", text)  # join shell continuations (also inside docstrings: "\\\n")
+        for line in text.splitlines():
+            for m in COMMAND.finditer(line):
+                cmd = m.group(1).split("  #")[0].split(" # ")[0].strip().rstrip(".,;:)")
+                if any(u in cmd for u in UNCHECKABLE):
+                    continue
+                for k, v in PLACEHOLDERS.items():
+                    cmd = cmd.replace(k, v)
+                found.setdefault(cmd, str(path.relative_to(REPO)))
+    return sorted((cmd, where) for cmd, where in found.items())
+
+
+CHECKER = r'''
+import argparse, json, runpy, shlex, sys
+
+class Parsed(Exception):
+    pass
+
+orig_parse_known = argparse.ArgumentParser.parse_known_args
+
+def parse_known_args(self, args=None, namespace=None):
+    ns, extra = orig_parse_known(self, args, namespace)
+    if self.prog != "torchrun-check":
+        raise Parsed(extra)
+    return ns, extra
+
+argparse.ArgumentParser.parse_known_args = parse_known_args
+
+def check(cmd):
+    words = shlex.split(cmd)
+    if words[:3] == ["python", "-m", "torch.distributed.run"]:
+        words = ["torchrun"] + words[3:]
+    if words[0] == "torchrun":
+        from torch.distributed.run import get_args_parser
+        i = words.index("-m")
+        p = get_args_parser()
+        p.prog = "torchrun-check"
+        p.parse_args(words[1:i] + ["--no-python", "true"])  # torchrun's own options
+        module, args = words[i + 1], words[i + 2:]
+    else:
+        i = words.index("-m")
+        module, args = words[i + 1], words[i + 2:]
+    sys.argv = [module] + args
+    try:
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except Parsed as e:
+        extra = e.args[0]
+        return None if not extra else f"unrecognized arguments: {extra}"
+    except SystemExit as e:
+        return None if e.code in (0, None) and "--help" in args else f"exited with {e.code} before parsing"
+    return "ran to the end without parsing any arguments"
+
+results = {}
+for cmd in json.loads(sys.stdin.read()):
+    try:
+        results[cmd] = check(cmd)
+    except SystemExit as e:
+        results[cmd] = f"argument error (exit {e.code})"
+    except Exception as e:
+        results[cmd] = f"{type(e).__name__}: {e}"
+print("RESULTS" + json.dumps(results))
+'''
+
+
+def test_documented_commands_parse():
+    commands = documented_commands()
+    assert len(commands) >= 20, f"found only {len(commands)} documented commands: the collector is broken"
+    proc = subprocess.run([sys.executable, "-c", CHECKER], input=json.dumps([c for c, _ in commands]),
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")]
+    assert line, f"the checker failed:\n{proc.stderr[-3000:]}"
+    results = json.loads(line[-1][len("RESULTS"):])
+    where = dict(commands)
+    bad = {f"{cmd}  ({where[cmd]})": err for cmd, err in results.items() if err}
+    assert not bad, "documented commands that do not parse:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
+
+
+@pytest.mark.parametrize("cmd", ["python -m mnist_helpers.workers.progression.ddp_train --num_epochs 1"])
+def test_the_checker_catches_a_wrong_flag(cmd):
+    proc = subprocess.run([sys.executable, "-c", CHECKER], input=json.dumps([cmd]), capture_output=True,
+                          text=True, timeout=120, cwd=REPO)
+    results = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS")][-1][len("RESULTS"):])
+    assert results[cmd], "a flag the worker rejects must be reported"
