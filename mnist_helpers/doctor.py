@@ -1,7 +1,7 @@
 """Check this machine for the usual causes of failed distributed runs (introduced in 08_troubleshooting).
 
     python -m mnist_helpers.doctor                       # every check, one line each, with the fix
-    python -m mnist_helpers.doctor --nproc 2 --num_workers 4 --batch_size 128 --json
+    python -m mnist_helpers.doctor --nproc 2 --num-workers 4 --batch-size 128 --json
 
 Checks: ports (the default MASTER_PORT 29500 and any MASTER_PORT in the environment; who holds
 them), loopback networking (a gloo process group of one on 127.0.0.1), ``GLOO_SOCKET_IFNAME`` /
@@ -14,13 +14,20 @@ MNIST files (``mnist_helpers.data.verify_mnist``). Each finding is ``ok``, ``inf
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import shutil
 import sys
 from dataclasses import asdict, dataclass
 
-from mnist_helpers.ports import find_port_holders, port_is_free
+import psutil
+import torch
+import torch.distributed as dist
+
+from mnist_helpers.data import DataError, verify_mnist
+from mnist_helpers.io import MiB
+from mnist_helpers.ports import find_port_holders, free_port, port_is_free
 from mnist_helpers.resources import usable_cores
 
 LEVELS = ("ok", "info", "warn", "error")
@@ -54,8 +61,6 @@ def check_ports(ports: list[int] | None = None) -> list[Finding]:
 
 
 def check_interfaces() -> list[Finding]:
-    import psutil
-
     names = sorted(psutil.net_if_addrs())
     out = []
     for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
@@ -78,13 +83,6 @@ def check_interfaces() -> list[Finding]:
 
 def check_loopback_group(timeout_s: float = 20) -> Finding:
     """Make a gloo process group of one on 127.0.0.1 and all-reduce: proves the backend and loopback work."""
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    from mnist_helpers.ports import free_port
-
     if not dist.is_available():
         return Finding("gloo self-test", "error", "torch.distributed is not available in this build",
                        "install a torch build with distributed support")
@@ -119,22 +117,19 @@ def check_shm(num_workers: int = 4, batch_size: int = 128, nproc: int = 1, prefe
         return Finding("shared memory", "info", f"{path} does not exist (not Linux?): workers use the OS's own")
     usage = shutil.disk_usage(path)
     need = shm_need_bytes(num_workers, batch_size, sample_bytes, prefetch_factor, nproc)
-    msg = (f"{path}: {usage.free / 2**20:,.0f} MiB free of {usage.total / 2**20:,.0f} MiB; {nproc} process(es) x "
-           f"{num_workers} workers x {prefetch_factor} batches x {batch_size * sample_bytes / 2**20:.2f} MiB = "
-           f"{need / 2**20:,.1f} MiB in flight")
+    msg = (f"{path}: {usage.free / MiB:,.0f} MiB free of {usage.total / MiB:,.0f} MiB; {nproc} process(es) x "
+           f"{num_workers} workers x {prefetch_factor} batches x {batch_size * sample_bytes / MiB:.2f} MiB = "
+           f"{need / MiB:,.1f} MiB in flight")
     fix = ("too small: workers die with 'bus error' / 'DataLoader worker (pid N) is killed by signal: Bus error'. "
            "docker run --shm-size=2g (or --ipc=host), fewer workers or smaller batches, or num_workers=0")
     if need > usage.free:
         return Finding("shared memory", "error", msg, fix)
-    if usage.total < 512 * 2**20 or need > usage.free / 4:
+    if usage.total < 512 * MiB or need > usage.free / 4:
         return Finding("shared memory", "warn", msg + " (little headroom: bigger images or batches will not fit)", fix)
     return Finding("shared memory", "ok", msg)
 
 
 def check_gpus() -> list[Finding]:
-    import torch
-    import torch.distributed as dist
-
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     out = []
     if not torch.cuda.is_available():
@@ -166,8 +161,6 @@ def check_threads(nproc: int = 1) -> Finding:
     With ``OMP_NUM_THREADS`` unset, torchrun gives each of several processes 1 thread (and says so)
     and ``mnist_helpers.launch`` gives each cores // processes; a plain process uses every core.
     """
-    import torch
-
     cores = usable_cores()
     omp = os.environ.get("OMP_NUM_THREADS")
     fix = f"OMP_NUM_THREADS={max(1, cores // nproc)} (cores // processes); mnist_helpers.launch sets it for you"
@@ -188,8 +181,6 @@ def check_threads(nproc: int = 1) -> Finding:
 
 
 def check_data(root=None) -> Finding:
-    from mnist_helpers.data import DataError, verify_mnist
-
     try:
         rdir = verify_mnist(root)
     except DataError as e:
@@ -209,11 +200,12 @@ def run_checks(nproc: int = 1, num_workers: int = 4, batch_size: int = 128, data
 
 
 def report(findings: list[Finding]) -> str:
+    """One line per finding (``[WARN] check: message``), its fix on the next line for warnings and errors."""
     lines = []
     for f in findings:
-        lines.append(f"[{f.level.upper():>5}] {f.check:<18} {f.message}")
+        lines.append(f"[{f.level.upper()}] {f.check}: {f.message}")
         if f.fix and f.level in ("warn", "error"):
-            lines.append(f"{'':8}{'':<18} fix: {f.fix}")
+            lines.append(f"    fix: {f.fix}")
     errors = sum(f.level == "error" for f in findings)
     warns = sum(f.level == "warn" for f in findings)
     lines.append(f"{len(findings)} checks: {errors} error(s), {warns} warning(s)")
@@ -223,14 +215,14 @@ def report(findings: list[Finding]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, default=1, help="processes per node you plan to launch")
-    ap.add_argument("--num_workers", type=int, default=4, help="DataLoader workers per process you plan to use")
-    ap.add_argument("--batch_size", type=int, default=128, help="per process")
-    ap.add_argument("--data_root", default=None)
-    ap.add_argument("--no_self_test", action="store_true", help="skip the gloo process group of one")
+    ap.add_argument("--num-workers", type=int, default=4, help="DataLoader workers per process you plan to use")
+    ap.add_argument("--batch-size", type=int, default=128, help="per process")
+    ap.add_argument("--data-root", default=None)
+    ap.add_argument("--no-self-test", action="store_true", help="skip the gloo process group of one")
     ap.add_argument("--json", action="store_true", help="print the findings as JSON")
     args = ap.parse_args(argv)
     if args.nproc < 1 or args.num_workers < 0 or args.batch_size < 1:
-        ap.error("--nproc and --batch_size must be >= 1, --num_workers >= 0")
+        ap.error("--nproc and --batch-size must be >= 1, --num-workers >= 0")
     findings = run_checks(args.nproc, args.num_workers, args.batch_size, args.data_root, not args.no_self_test)
     print(json.dumps([asdict(f) for f in findings], indent=1) if args.json else report(findings))
     return 1 if any(f.level == "error" for f in findings) else 0

@@ -6,7 +6,7 @@ This is the article's advice "record each experiment to build your own knowledge
     from mnist_helpers import experiments
     experiments.log_run("02", "baseline-dataloader", config=cfg.to_dict(), metrics={"test_acc": 0.982, ...})
     rows = experiments.query(notebook="02")            # list of flat dicts, newest last
-    experiments.table(rows, ["name", "test_acc"])      # fixed-width text
+    experiments.table(rows, ["name", "test_acc"])      # a pandas DataFrame (display.show formats it)
 
 The log lives at ``results/experiments.jsonl`` (``MNIST_RESULTS_DIR`` moves it). Appends are single
 ``write`` calls under a file lock, so concurrent notebooks and workers never interleave lines. A corrupt
@@ -22,9 +22,12 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 from mnist_helpers.paths import results_dir
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 LOG_NAME = "experiments.jsonl"
 
@@ -150,17 +153,12 @@ def query(path: str | Path | None = None, **filters) -> list[dict]:
     return rows
 
 
-def table(rows: list[dict], columns: list[str]) -> str:
-    """Fixed-width text table of the chosen columns (floats to 4 significant digits)."""
-    def fmt(v):
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return "" if v is None else str(v)
-    cells = [[fmt(r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(columns, widths))]
-    lines += ["  ".join(v.rjust(w) for v, w in zip(row, widths)) for row in cells]
-    return "\n".join(lines)
+def table(rows: list[dict], columns: list[str]) -> pd.DataFrame:
+    """The chosen columns of ``rows`` (e.g. from :func:`query`) as a pandas DataFrame, one row per run; a
+    column a run did not log is empty. Display it with ``display.show(df, formats=...)``."""
+    from mnist_helpers.display import table as frame  # pandas only when a table is asked for
+
+    return frame(rows, columns)
 
 
 def to_csv(rows: list[dict], path: str | Path) -> Path:

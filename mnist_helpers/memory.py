@@ -22,7 +22,6 @@ CUDA initialises). The notebook's experiments on leaks and the CUDA caching allo
 """
 from __future__ import annotations
 
-
 import contextlib
 import importlib
 import json
@@ -39,6 +38,7 @@ import torch
 from torch import nn
 
 from mnist_helpers.io import MiB
+from mnist_helpers.train import select_device
 
 METHODS = ("auto", "cuda", "profiler")
 # How the report groups the profiler's categories (torch.profiler._memory_profiler.Category).
@@ -78,7 +78,7 @@ class MemoryReport:
 
 def _as_device(device) -> torch.device:
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return select_device("auto")
     return device if isinstance(device, torch.device) else torch.device(device)
 
 

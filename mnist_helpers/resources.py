@@ -331,14 +331,3 @@ def shell_equivalent(name: str, *, max_lines: int = 25, timeout: float = 10.0) -
     if len(lines) > max_lines:
         lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"]
     return {"command": name, "present": True, "output": "\n".join(lines)}
-
-
-def print_table(d: dict, indent: int = 2) -> None:
-    """Print a flat dict as aligned ``key: value`` lines (nested dicts one level deep)."""
-    width = max((len(k) for k in d), default=0)
-    for k, v in d.items():
-        if isinstance(v, dict):
-            print(f"{' ' * indent}{k}:")
-            print_table(v, indent + 4)
-        else:
-            print(f"{' ' * indent}{k:>{width}}: {v}")

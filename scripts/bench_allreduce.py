@@ -21,8 +21,10 @@ import time
 
 import torch
 
-from mnist_helpers.lessons.l07_scaling import allreduce_sweep, ddp_variants, latency_growth, ring_volume_verdict
+from mnist_helpers.display import show
 from mnist_helpers.io import write_json
+from mnist_helpers.lessons.l07_scaling import (ALLREDUCE_TABLE, DDP_VARIANTS_TABLE, allreduce_sweep, ddp_variants,
+                                              latency_growth, ring_volume_verdict)
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
@@ -40,10 +42,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     rows = allreduce_sweep(sizes, worlds, iters=3 if args.quick else 10, repeats=2 if args.quick else 5,
                            device=device)
-    print(f"{'N':>3} {'bytes':>10} {'latency us':>11} {'algbw GB/s':>11} {'busbw GB/s':>11} {'2(N-1)/N':>9}")
-    for r in rows:
-        print(f"{r['world_size']:>3} {r['bytes']:>10,} {r['latency_us']:>11,.0f} {r['algbw_gbps']:>11.3f} "
-              f"{r['busbw_gbps']:>11.3f} {r['ring_factor']:>9.2f}")
+    show(rows, **ALLREDUCE_TABLE)
     growth = latency_growth(rows)
     verdict = ring_volume_verdict((2, 64))  # the model over a real cluster's range; the table shows what we measured
     print(f"ring model: per-rank bytes grow {verdict['per_rank_bytes_growth']:.2f}x from N={verdict['n_min']} to "
@@ -51,10 +50,7 @@ def main(argv=None) -> dict:
     variants = [(25, "none"), (1, "none"), (25, "fp16"), (25, "bf16")]
     ddp = ddp_variants(variants, model="fastnet" if args.quick else "net", batch_size=128,
                        steps=1 if args.quick else 3, repeats=2 if args.quick else 5, device=device)
-    print(f"{'bucket MB':>9} {'hook':>5} {'step ms':>8} {'no-sync ms':>10} {'comm %':>7} {'vs default':>10}")
-    for r in ddp:
-        print(f"{r['bucket_cap_mb']:>9g} {r['hook']:>5} {1e3 * r['step_s']:>8.1f} {1e3 * r['no_sync_step_s']:>10.1f} "
-              f"{100 * r['comm_fraction']:>6.1f}% {r['speedup_vs_first']:>9.2f}x")
+    show(ddp, **DDP_VARIANTS_TABLE)
     result = {"script": "scripts/bench_allreduce.py", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "quick": args.quick, "machine": machine_info(), "device": device, "allreduce": rows,
               "latency_growth": growth, "ring_verdict": verdict, "ddp_variants": ddp,

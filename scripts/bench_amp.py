@@ -22,21 +22,20 @@ import datetime
 import json
 import time
 
-import torch
-
-from mnist_helpers.lessons.l05_precision_memory import accumulation_memory, compare_precisions, deprecated_amp_warnings
 from mnist_helpers.data import load_mnist
+from mnist_helpers.display import show
 from mnist_helpers.io import write_json
-from mnist_helpers.lessons.l05_precision_memory import empty_cache_cost
+from mnist_helpers.lessons.l05_precision_memory import (accumulation_memory, compare_precisions, deprecated_amp_warnings,
+                                                        empty_cache_cost)
 from mnist_helpers.memory import run_isolated
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
+from mnist_helpers.train import select_device
 
-
-def show(rows, cols):
-    print(" ".join(f"{c:>18}" for c in cols))
-    for r in rows:
-        print(" ".join(f"{r[c]:>18.3f}" if isinstance(r[c], float) else f"{str(r[c]):>18}" for c in cols))
+# run_isolated's target: l05_precision_memory.allocator_fragmentation, by name, in a fresh process
+FRAGMENTATION = "mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation"
+FORMATS = {"images_per_s": "{:,.0f}", "speedup": "{:.2f}", "peak_mib": "{:.1f}", "persistent_mib": "{:.1f}",
+           "transient_mib": "{:.1f}", "transient_ratio": "{:.2f}", "test_acc": "{:.2%}", "max_grad_diff": "{:.1e}"}
 
 
 def main(argv=None) -> dict:
@@ -45,7 +44,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--allocator", action="store_true", help="CUDA only: allocator experiments in fresh processes")
     ap.add_argument("--out", default=None, help="JSON path (default results/amp_bench.json)")
     args = ap.parse_args(argv)
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = select_device("auto")
     t0 = time.perf_counter()
     X, y, Xt, yt = load_mnist(subset=(4096, 1000) if args.quick else None)
     big, small = (128, 16) if args.quick else (512, 32)
@@ -57,20 +56,20 @@ def main(argv=None) -> dict:
     print(f"machine: {describe()} | device {device}")
     main_rows = compare_precisions(modes, X=X, y=y, X_test=Xt, y_test=yt, batch_size=big, device=device, **blocks)
     cols = ["mode", "images_per_s", "speedup", "peak_mib", "persistent_mib", "transient_mib", "transient_ratio", "test_acc"]
-    show(main_rows, cols)
+    show(main_rows, cols, formats=FORMATS)
     fp16_rows = []
     if not fast_fp16:
         fp16_rows = compare_precisions(["fp32", "fp16+scaler", "fp16 no scaler"], X=X, y=y, batch_size=small,
                                        device=device, warmup=1, repeats=1 if args.quick else 3, chunk=1)
-        show(fp16_rows, cols[:-1])
+        show(fp16_rows, cols[:-1], formats=FORMATS)
     acc_rows = accumulation_memory((1, 2, 4, 8), X=X[:big].to(device), y=y[:big].to(device))
-    show(acc_rows, ["k", "micro_batch", "peak_mib", "transient_mib", "transient_ratio", "max_grad_diff"])
+    show(acc_rows, ["k", "micro_batch", "peak_mib", "transient_mib", "transient_ratio", "max_grad_diff"], formats=FORMATS)
     allocator = None
     if args.allocator:
         if device.type != "cuda":
             raise SystemExit("--allocator needs a CUDA device")
-        allocator = {"default": run_isolated("mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation")["result"],
-                     "expandable_segments": run_isolated("mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
+        allocator = {"default": run_isolated(FRAGMENTATION)["result"],
+                     "expandable_segments": run_isolated(FRAGMENTATION,
                                                          env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})["result"],
                      "empty_cache": empty_cache_cost()}
         print(json.dumps(allocator, indent=1))

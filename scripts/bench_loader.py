@@ -33,6 +33,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import torch
+    from mnist_helpers.display import show
     from mnist_helpers.io import write_json
     from mnist_helpers.lessons.l03_dataloader import feed_rates
     from mnist_helpers.paths import results_dir
@@ -44,9 +45,9 @@ def main(argv=None) -> int:
     print(f"machine: {describe(machine)}; torch threads {torch.get_num_threads()}")
     rows = feed_rates(subset=args.subset, batch_size=args.batch_size, num_workers=args.workers,
                       epochs=args.epochs, dataloader_max_batches=args.dataloader_batches)
-    print(f"{'feed':<52} {'device':>6} {'img/s':>14} {'x DataLoader':>13}")
-    for r in rows:
-        print(f"{r['feed']:<52} {r['device']:>6} {r['images_per_s']:>14,.0f} {r['ratio_vs_dataloader']:>12,.1f}x")
+    show(rows, columns=["feed", "device", "images_per_s", "ratio_vs_dataloader"],
+         rename={"images_per_s": "img/s", "ratio_vs_dataloader": "x DataLoader"},
+         formats={"img/s": "{:,.0f}", "x DataLoader": "{:,.1f}x"})
     tensor = max((r for r in rows if not r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
     ratio = tensor["ratio_vs_dataloader"]
     ok = ratio >= TARGET

@@ -21,10 +21,11 @@ import argparse
 import datetime
 import time
 
+from mnist_helpers.display import show
 from mnist_helpers.io import write_json
+from mnist_helpers.lessons.l07_scaling import SCALING_TABLE, comm_verdict, speedup_verdict, weak_scaling
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
-from mnist_helpers.lessons.l07_scaling import comm_verdict, speedup_verdict, weak_scaling
 
 TARGET = 1.7
 
@@ -46,10 +47,7 @@ def main(argv=None) -> dict:
     t0 = time.perf_counter()
     rows = weak_scaling(sizes, args.batch_size, rounds=rounds, model=model, threads_per_proc=1,
                         steps=steps, repeats=repeats, warmup=2)
-    print(f"{'procs':>5} {'batch/proc':>10} {'global':>7} {'img/s':>9} {'speedup':>8} {'effic.':>7} {'comm %':>7}")
-    for r in rows:
-        print(f"{r['world_size']:>5} {r['batch_size']:>10} {r['global_batch_size']:>7} {r['images_per_s']:>9,.0f} "
-              f"{r['speedup']:>7.2f}x {r['efficiency']:>7.2f} {100 * r['comm_fraction']:>6.1f}%")
+    show(rows, **SCALING_TABLE)
     two = next(r for r in rows if r["world_size"] == 2)
     ratio = two["speedup"]
     print(f"\n2 processes x 1 thread vs 1 x 1 (batch {args.batch_size}/process, {model}): {ratio:.2f}x "

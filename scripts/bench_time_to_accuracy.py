@@ -38,6 +38,7 @@ from mnist_helpers.lessons import l10_speedrun as speedrun
 from mnist_helpers.io import write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
+from mnist_helpers.train import select_device
 
 
 def parse_args(argv=None):
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = speedrun.select_device(args.device)
+    device = select_device(args.device)
     try:
         base, fast = speedrun.get_recipe(args.baseline, device), speedrun.get_recipe(args.fast, device)
     except ValueError as e:
@@ -122,7 +123,7 @@ def main(argv=None) -> int:
                              report(False)), **common)
     rows, ratios = report(True)
     print()
-    print(speedrun.summary_table(rows))
+    speedrun.show_summary(rows)
     print()
     for t in targets:
         ratio = ratios[f"{t:g}"]

@@ -22,7 +22,10 @@ def test_tiny_budget_still_returns_a_measured_valid_configuration(mnist_root):
     assert res["nproc"] == 1 and res["config"]["batch_size"] == 64  # min(article's 128, max_batch_size) first
     first_feed = next(r for r in ev if r["stage"] == "loader")
     assert (first_feed["loader"], first_feed["num_workers"]) == ("dataloader", 4)  # the article's feed first
-    assert set(stage_gains(ev)) == set(stages) and "chosen" in evidence_table(ev)
+    assert set(stage_gains(ev)) == set(stages)
+    df = evidence_table(ev)
+    assert list(df.columns) == ["stage", "setting", "images_per_s", "iqr_images_per_s", "chosen", "status"]
+    assert len(df) == len(ev) and df["chosen"].sum() == len(set(stages))
 
 
 def test_generous_budget_measures_every_in_process_candidate(mnist_root):

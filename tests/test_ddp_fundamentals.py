@@ -92,13 +92,15 @@ def test_syncbatchnorm(two):
 
 
 def test_mp_spawn_of_a_main_function_fails_without_a_file():
-    """(The same code run from a file works: test_worker_progression runs ddp_spawn under mp.spawn.)"""
-    from mnist_helpers.lessons.l06_ddp import spawn_like_a_notebook
+    """08's reproduction (workers/bugs/spawn_main.py) run as ``python -c`` fails; the same file run as a script works."""
+    from mnist_helpers.lessons.l06_ddp import spawn_from_a_file, spawn_like_a_notebook
 
     like_notebook = spawn_like_a_notebook()
     assert like_notebook["returncode"] != 0 and not like_notebook["finished"]
     assert like_notebook["child_error"] == "AttributeError: Can't get attribute 'train' on <module '__main__' (built-in)>"
     assert "ProcessExitedException" in like_notebook["parent_error"]
+    from_file = spawn_from_a_file()
+    assert from_file["returncode"] == 0 and from_file["finished"], from_file["output"]
 
 
 def test_what_init_process_group_needs():

@@ -24,7 +24,7 @@ def test_cli_reports_every_check_as_json(mnist_root):
 
 def test_wrong_interface_is_an_error_and_fails_the_exit_code(monkeypatch, capsys, mnist_root):
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "no-such-if0")
-    assert doctor.main(["--no_self_test"]) == 1
+    assert doctor.main(["--no-self-test"]) == 1
     out = capsys.readouterr().out
     assert "[ERROR] GLOO_SOCKET_IFNAME" in out and "fix:" in out
 

@@ -18,7 +18,9 @@ def test_log_and_query_round_trip(tmp_path):
     assert rows[0]["test_acc"] == pytest.approx(0.98) and rows[0]["config.batch_size"] == 128
     assert [r["name"] for r in ex.query(log, notebook="03")] == ["b"]
     assert [r["name"] for r in ex.query(log, tag="baseline")] == ["a"]
-    assert "test_acc" in ex.table(rows, ["name", "test_acc"]).splitlines()[0]
+    df = ex.table(rows, ["name", "test_acc", "config.num_workers"])
+    assert list(df.columns) == ["name", "test_acc", "config.num_workers"] and list(df["name"]) == ["a", "b"]
+    assert df["config.num_workers"].isna().all()  # a column no run logged comes out empty
     csv_text = ex.to_csv(rows, tmp_path / "out.csv").read_text()
     assert csv_text.splitlines()[0].startswith("time,notebook,name")
 

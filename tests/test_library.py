@@ -3,7 +3,8 @@ import csv
 
 import pytest
 
-from mnist_helpers import experiments, library
+from mnist_helpers import experiments
+from mnist_helpers.lessons import l09_profiling as library
 
 MACHINE_A = {"cpu_model": "CPU-A", "logical_cores": 2, "gpus": [], "hostname": "a"}
 MACHINE_B = {"cpu_model": "CPU-B", "logical_cores": 8, "gpus": [], "hostname": "b"}
@@ -31,9 +32,13 @@ def test_runs_compare_across_notebooks_and_machines(log):
     rows = library.load(log)
     assert len(library.comparable(rows)) == 5
     assert "CPU-B x8" in library.machines(rows) and "CPU-A x2" in library.machines(rows)
-    text = library.runs_table(rows)
-    assert "baseline-tensor" in text and "threads-sweep" not in text
-    assert "06" in library.overview(rows)
+    runs = library.runs_table(rows)
+    assert "baseline-tensor" in set(runs["name"]) and "threads-sweep" not in set(runs["name"])
+    assert list(runs.columns) == library.RUN_COLUMNS
+    assert list(library.runs_table(rows, last=2)["name"]) == ["ddp x 2", "single"]
+    over = library.overview(rows)
+    assert list(over.columns) == ["notebook", "machine", "runs"] and over["runs"].sum() == len(rows)
+    assert set(over["notebook"]) == {"01", "02", "05", "06", "09"}
 
 
 def test_best_configuration_per_machine(log):
@@ -57,9 +62,11 @@ def test_lever_gains_and_priority_verdict(log):
     assert library.priority_verdict(gains[:1])["verdict"] == "not enough evidence"
 
 
-def test_empty_log_degrades_to_messages(tmp_path):
+def test_empty_log_degrades_to_messages(tmp_path, capsys):
     rows = library.load(tmp_path / "none.jsonl")
-    assert rows == [] and "empty" in library.overview(rows)
+    assert rows == [] and library.overview(rows).empty and library.runs_table(rows).empty
+    library.show_runs(rows)
+    assert library.NO_THROUGHPUT in capsys.readouterr().out
     assert library.best_per_machine(rows) == [] and library.lever_gains(rows) == []
     assert library.priority_verdict([])["verdict"] == "not enough evidence"
     assert library.export_csv(rows, tmp_path / "e.csv").read_text().startswith("notebook,name")

@@ -28,3 +28,22 @@ def test_notebook_is_stripped_and_well_formed(path):
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "import *" not in code and "mnist_helpers" in code
     assert not re.search(r"^\s*!torchrun", code, re.M), "launch through mnist_helpers.launch, not !torchrun"
+
+
+# a padded field in an f-string or .format ({name:<12}, {x:>8.1f}, {v:6.2f}) or str.ljust/rjust: a column lined up
+# by hand. Tables are DataFrames (mnist_helpers.display.show); prose may format numbers ({x:.1f}, {n:,}).
+PADDED = re.compile(r"\{[^{}\n]*:(?:[^{}\n]?[<>^=])?[+-]?#?0?[1-9]\d*[^{}\n]*\}|\.[lr]just\(")
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_hand_aligned_tables(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    bad = [line.strip() for c in nb["cells"] if c["cell_type"] == "code"
+           for line in "".join(c["source"]).splitlines() if PADDED.search(line)]
+    assert not bad, f"{path.name}: columns padded by hand (show a DataFrame with display.show): {bad[:5]}"
+
+
+def test_the_padding_rule_catches_padding_and_spares_prose():
+    assert PADDED.search('print(f"{name:<12}{v:>8.1f}")') and PADDED.search('f"{acc:6.2f}%"')
+    assert not PADDED.search('print(f"{x:.1f} s, {n:,} images, {share:.0%}")')
+    assert not PADDED.search('d = {"batch_size": 128, "lr": {k: 2 for k in ks}}')

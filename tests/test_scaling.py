@@ -2,27 +2,26 @@
 import pytest
 
 from mnist_helpers.lessons import l07_scaling as scaling
-from mnist_helpers.lessons import l07_scaling as comm_bench
 from mnist_helpers.workers.bench.allreduce import parse_variants
 
 pytestmark = pytest.mark.timeout(180)
 
 
 def test_ring_model():
-    assert comm_bench.ring_model(1000, 1)["bytes_per_rank"] == 0
-    assert comm_bench.ring_model(1000, 2)["bytes_per_rank"] == 1000
-    m = comm_bench.ring_model(1000, 8, alpha_s=1e-5, link_bytes_per_s=1e9)
+    assert scaling.ring_model(1000, 1)["bytes_per_rank"] == 0
+    assert scaling.ring_model(1000, 2)["bytes_per_rank"] == 1000
+    m = scaling.ring_model(1000, 8, alpha_s=1e-5, link_bytes_per_s=1e9)
     assert m["bytes_per_rank"] == pytest.approx(1750) and m["steps"] == 14
     assert m["seconds"] == pytest.approx(14e-5 + 1750 / 1e9)
     with pytest.raises(ValueError, match="world_size"):
-        comm_bench.ring_model(10, 0)
+        scaling.ring_model(10, 0)
 
 
 def test_ring_volume_verdict_is_computed_from_the_model():
-    v = comm_bench.ring_volume_verdict((2, 64))
+    v = scaling.ring_volume_verdict((2, 64))
     assert v["per_rank_bytes_growth"] == pytest.approx((2 * 63 / 64) / 1.0)
     assert v["verdict"].startswith("does not hold")
-    assert comm_bench.ring_volume_verdict((2, 4))["verdict"].startswith("does not hold")  # 1.5x, not 2x
+    assert scaling.ring_volume_verdict((2, 4))["verdict"].startswith("does not hold")  # 1.5x, not 2x
 
 
 def test_parse_variants_and_bad_input():
@@ -31,7 +30,7 @@ def test_parse_variants_and_bad_input():
         with pytest.raises(ValueError, match="variant"):
             parse_variants(bad)
     with pytest.raises(ValueError, match="world_sizes"):
-        comm_bench.allreduce_sweep([1024], world_sizes=[1])
+        scaling.allreduce_sweep([1024], world_sizes=[1])
     with pytest.raises(ValueError, match="divide"):
         scaling.strong_scaling([1, 3], global_batch_size=128)
     with pytest.raises(ValueError, match="nproc"):
@@ -59,17 +58,17 @@ def test_sweep_arithmetic(monkeypatch):
 
 
 def test_allreduce_sweep_rows_and_ring_columns():
-    rows = comm_bench.allreduce_sweep([4096, 1 << 20], world_sizes=[2], iters=3, repeats=2, warmup=1)
+    rows = scaling.allreduce_sweep([4096, 1 << 20], world_sizes=[2], iters=3, repeats=2, warmup=1)
     assert [(r["world_size"], r["bytes"]) for r in rows] == [(2, 4096), (2, 1 << 20)]
     assert all(r["latency_us"] > 0 and r["backend"] == "gloo" for r in rows)
     assert rows[0]["busbw_gbps"] == pytest.approx(rows[0]["algbw_gbps"])  # 2(N-1)/N = 1 for N = 2
-    growth = comm_bench.latency_growth(rows + [{**rows[1], "world_size": 4, "ring_factor": 1.5}])
+    growth = scaling.latency_growth(rows + [{**rows[1], "world_size": 4, "ring_factor": 1.5}])
     assert [g["ring_bytes_vs_first"] for g in growth] == [1.0, 1.5]
 
 
 def test_ddp_variants_measure_step_and_communication():
-    rows = comm_bench.ddp_variants([(25, "none"), (25, "fp16")], model="fastnet", batch_size=32,
-                                   steps=1, repeats=2, warmup=1)
+    rows = scaling.ddp_variants([(25, "none"), (25, "fp16")], model="fastnet", batch_size=32,
+                                steps=1, repeats=2, warmup=1)
     assert [(r["bucket_cap_mb"], r["hook"]) for r in rows] == [(25.0, "none"), (25.0, "fp16")]
     for r in rows:
         assert r["world_size"] == 2 and r["global_batch_size"] == 64

@@ -15,7 +15,7 @@ import torch
 from mnist_helpers.lessons import l08_troubleshooting as ts
 from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batch_size_limited
 from mnist_helpers.memory import is_oom
-from mnist_helpers.ports import free_port
+from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 
 # name -> (call, a regex the error line must match)
 CASES = {
@@ -81,6 +81,16 @@ def test_records_carry_what_the_notebook_prints(records):
     assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
 
 
+def test_records_display_as_tables(records, capsys):
+    summary = ts.records_table(records.values())
+    assert list(summary.columns) == ["problem", "error reproduced", "fixed run"] and len(summary) == len(records)
+    assert set(summary["fixed run"]) == {"passes"}
+    assert dict(zip(summary["problem"], summary["error reproduced"]))["graphs kept alive by accumulating loss"] == "silent"
+    records["port_in_use"].show()
+    out = capsys.readouterr().out
+    assert "Address already in use" in out and "diagnosis" in out and "passes" in out
+
+
 def test_oom_checklist_measures_each_item():
     rows = {r["check"]: r for r in ts.oom_checklist(model="net", batch_size=32)}
     assert len(rows) == 6 and rows["losses kept as tensors"]["nodes"] > 0
@@ -120,11 +130,11 @@ def test_find_batch_size_limited_really_runs_out_of_memory():
 
 
 def test_port_holder_is_found_and_released():
-    with ts.hold_port() as (port, proc):
-        assert not ts.port_is_free(port)
-        assert [h["pid"] for h in ts.find_port_holders(port)] == [proc.pid]
-    assert ts.port_is_free(port)
-    assert ts.find_port_holders(free_port()) == []
+    with hold_port() as (port, proc):
+        assert not port_is_free(port)
+        assert [h["pid"] for h in find_port_holders(port)] == [proc.pid]
+    assert port_is_free(port)
+    assert find_port_holders(free_port()) == []
 
 
 def test_telling_line_strips_prefixes():

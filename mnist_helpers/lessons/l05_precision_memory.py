@@ -108,7 +108,6 @@ def _setup(mode: str, model: str, batch_size: int, lr: float, seed: int, device)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}; got {mode!r}")
     amp, scaler, channels_last = MODES[mode]
-    check_amp(amp, device)
     cfg = TrainConfig(model=model, batch_size=batch_size, amp=amp, channels_last=channels_last, lr=lr, seed=seed)
     tr = build_training(cfg, device, steps_per_epoch=1)
     if amp == "fp16" and not scaler:
@@ -287,7 +286,9 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     ``backward=True`` is a training loop: ``backward()`` frees the activations each graph saved, so
     only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
     ``torch.no_grad()``: then each kept graph still holds its saved activations.
-    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there.
+    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there. Called by name,
+    ``"mnist_helpers.lessons.l05_precision_memory:leak_demo"``, from notebook 05, lesson 08
+    (``l08_troubleshooting``) and tests/test_memory.py: keep its keyword arguments and JSON-able result.
     """
     if accumulate not in ("tensor", "item"):
         raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
@@ -318,7 +319,9 @@ def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
     """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
     while small tensors that outlive the step pin the segments; report the caching allocator's
     reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
-    ``run_isolated`` (the setting is read once, when CUDA initialises)."""
+    ``run_isolated`` (the setting is read once, when CUDA initialises). Called by name,
+    ``"mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation"``, from notebook 05 and
+    scripts/bench_amp.py."""
     if not torch.cuda.is_available():
         raise ValueError("allocator_fragmentation needs a CUDA device; on CPU read the reference results")
     dev = torch.device("cuda")

@@ -1,37 +1,80 @@
-"""Weak and strong scaling through the launcher (introduced in 07_scaling_and_multinode).
+"""Scaling and communication for 07_scaling_and_multinode: weak and strong scaling, all-reduce sweeps, the ring model.
 
-*Weak scaling* keeps the batch per process fixed (more processes -> a bigger global batch);
-*strong scaling* keeps the global batch fixed (more processes -> a smaller batch each). Each point is
-one torchrun launch of ``mnist_helpers.workers.bench.allreduce ddp``: DDP steps on synthetic
-MNIST-shaped batches, timed against the same step under ``no_sync()``, so every row also carries the
-fraction of the step spent in communication. On CPU the threads per process are set explicitly
-(``threads_per_proc``), so that "2 processes" means 2 x 1 thread against 1 x 1 thread.
+Every measurement is a torchrun launch (through ``mnist_helpers.launch``) of the benchmark worker
+``mnist_helpers.workers.bench.allreduce``; this module builds the launches, takes medians and turns the
+rows into the article's verdicts.
 
-    from mnist_helpers.lessons.l07_scaling import weak_scaling
+**Weak and strong scaling** (article 5.4). *Weak scaling* keeps the batch per process fixed (more
+processes -> a bigger global batch); *strong scaling* keeps the global batch fixed (more processes -> a
+smaller batch each). Each point (:func:`measure_step`) runs the worker's ``ddp`` mode: DDP steps on
+synthetic MNIST-shaped batches, timed against the same step under ``no_sync()``, so every row also
+carries the fraction of the step spent in communication. On CPU the threads per process are set
+explicitly (``threads_per_proc``), so that "2 processes" means 2 x 1 thread against 1 x 1 thread.
+:func:`weak_scaling` and :func:`strong_scaling` alternate rounds over the world sizes and take medians;
+:func:`speedup_verdict` and :func:`comm_verdict` judge "2 GPUs give 1.7-1.9x" and "communication is
+negligible".
+
+**What an all-reduce costs** (article 4.4). The article says ring AllReduce "communication volume grows
+linearly with the number of GPUs". The ring algorithm sends ``2(N-1)/N`` times the message per rank
+(reduce-scatter then all-gather), which tends to 2x, not N x; what grows with N is the number of steps
+(latency term ``2(N-1) * alpha``). :func:`allreduce_sweep` measures latency and bus bandwidth per message
+size and world size (gloo on CPU, NCCL on GPUs); :func:`ring_model` gives the model to compare with,
+:func:`latency_growth` and :func:`ring_volume_verdict` the comparison; :func:`ddp_variants` times DDP
+steps per ``bucket_cap_mb`` and compression hook (fp16/bf16).
+
+Rows are lists of dicts; ``SCALING_TABLE``, ``ALLREDUCE_TABLE`` and ``DDP_VARIANTS_TABLE`` are the
+columns and number formats to show them with (``mnist_helpers.display.show(rows, **SCALING_TABLE)``).
+
+    from mnist_helpers.lessons.l07_scaling import allreduce_sweep, ring_model, weak_scaling
     rows = weak_scaling([1, 2], batch_size=128, threads_per_proc=1)
+    rows = allreduce_sweep([4096, 4 * 2**20], world_sizes=[2, 4])
 """
 from __future__ import annotations
 
 import statistics
 
+from mnist_helpers.launch import torchrun
 
+WORKER = "mnist_helpers.workers.bench.allreduce"
+
+# How the notebook and the scripts show each kind of row: ``display.show(rows, **SCALING_TABLE)``.
+SCALING_TABLE = {"columns": ["kind", "world_size", "batch_size", "global_batch_size", "images_per_s", "speedup",
+                             "efficiency", "comm_fraction"],
+                 "formats": {"images_per_s": "{:,.0f}", "speedup": "{:.2f}x", "efficiency": "{:.2f}",
+                             "comm_fraction": "{:.1%}"}}
+ALLREDUCE_TABLE = {"columns": ["world_size", "bytes", "latency_us", "algbw_gbps", "busbw_gbps", "ring_factor",
+                               "backend"],
+                   "formats": {"bytes": "{:,}", "latency_us": "{:,.0f}", "algbw_gbps": "{:.3f}",
+                               "busbw_gbps": "{:.3f}", "ring_factor": "{:.2f}"}}
+DDP_VARIANTS_TABLE = {"columns": ["bucket_cap_mb", "hook", "step_s", "no_sync_step_s", "comm_fraction",
+                                  "speedup_vs_first"],
+                      "formats": {"bucket_cap_mb": "{:g}", "step_s": lambda v: f"{1e3 * v:.1f} ms",
+                                  "no_sync_step_s": lambda v: f"{1e3 * v:.1f} ms", "comm_fraction": "{:.1%}",
+                                  "speedup_vs_first": "{:.2f}x"}}
+
+
+def _launch(args: list[str], nproc: int, threads_per_proc: int, timeout: float, device: str, echo: bool) -> list[dict]:
+    """One torchrun launch of the benchmark worker; the rows rank 0 wrote."""
+    res = torchrun(WORKER, args, nproc=nproc, threads_per_proc=threads_per_proc, timeout=timeout,
+                   provision=False, device=device, echo=echo)
+    return res["rows"]
+
+
+# --------------------------------------------------------------------------- weak and strong scaling
 
 def measure_step(nproc: int, batch_size: int, *, model: str = "net", threads_per_proc: int = 1,
                  steps: int = 3, repeats: int = 5, warmup: int = 2, bucket_cap_mb: float = 25,
                  hook: str = "none", device: str = "cpu", timeout: float = 300, echo: bool = False) -> dict:
     """One launch: ``nproc`` processes, ``batch_size`` images per process per step. Returns the row
     (images_per_s, step_s, no_sync_step_s, comm_fraction, ...)."""
-    from mnist_helpers.launch import torchrun
-
     if not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"nproc must be a positive integer, got {nproc!r}")
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
     args = ["ddp", "--model", model, "--batch-size", batch_size, "--variants", f"{bucket_cap_mb:g}:{hook}",
             "--steps", steps, "--repeats", repeats, "--warmup", warmup, "--threads", threads_per_proc]
-    res = torchrun(WORKER, args, nproc=nproc, threads_per_proc=threads_per_proc, timeout=timeout,
-                   provision=False, device=device, echo=echo)
-    return {k: v for k, v in res["rows"][0].items() if not k.endswith("_all")}
+    row = _launch(args, nproc, threads_per_proc, timeout, device, echo)[0]
+    return {k: v for k, v in row.items() if not k.endswith("_all")}
 
 
 def _sweep(world_sizes, batch_for, rounds: int, kind: str, reuse=(), **kw) -> list[dict]:
@@ -93,24 +136,7 @@ def comm_verdict(fraction: float, threshold: float = 0.05) -> str:
     return "holds" if fraction < threshold else f"does not hold here ({100 * fraction:.0f}% of the step)"
 
 
-# ==================================================================================================
-# Part from comm_bench.py
-# AllReduce micro-benchmark and DDP communication settings (introduced in 07_scaling_and_multinode).
-#
-# The article says ring AllReduce "communication volume grows linearly with the number of GPUs". The
-# ring algorithm sends ``2(N-1)/N`` times the message per rank (reduce-scatter then all-gather), which
-# tends to 2x, not N x; what grows with N is the number of steps (latency term ``2(N-1) * alpha``).
-# :func:`allreduce_sweep` measures latency and bus bandwidth per message size and world size (gloo on
-# CPU, NCCL on GPUs) through the launcher; :func:`ring_model` gives the model to compare with;
-# :func:`ddp_variants` times DDP steps per ``bucket_cap_mb`` and compression hook (fp16/bf16).
-#
-#     from mnist_helpers.lessons.l07_scaling import allreduce_sweep, ring_model
-#     rows = allreduce_sweep([4096, 4 * 2**20], world_sizes=[2, 4])
-# ==================================================================================================
-
-
-WORKER = "mnist_helpers.workers.bench.allreduce"
-
+# --------------------------------------------------------------------------- the ring model and all-reduce sweeps
 
 def ring_model(nbytes: int, world_size: int, alpha_s: float = 0.0, link_bytes_per_s: float | None = None) -> dict:
     """Ring all-reduce: bytes each rank sends, number of steps, and (with alpha/bandwidth) the time.
@@ -128,14 +154,6 @@ def ring_model(nbytes: int, world_size: int, alpha_s: float = 0.0, link_bytes_pe
     if link_bytes_per_s:
         out["seconds"] = out["steps"] * alpha_s + out["bytes_per_rank"] / link_bytes_per_s
     return out
-
-
-def _launch(args: list[str], nproc: int, threads_per_proc: int, timeout: float, device: str, echo: bool) -> list[dict]:
-    from mnist_helpers.launch import torchrun
-
-    res = torchrun(WORKER, args, nproc=nproc, threads_per_proc=threads_per_proc, timeout=timeout,
-                   provision=False, device=device, echo=echo)
-    return res["rows"]
 
 
 def allreduce_sweep(sizes: list[int], world_sizes=(2,), *, iters: int = 10, repeats: int = 5, warmup: int = 2,

@@ -1,36 +1,85 @@
-"""Every error of the article's troubleshooting section, reproduced for real (introduced in 08_troubleshooting).
+"""Lesson 08 (notebooks/08_troubleshooting.ipynb): the article's troubleshooting section, every error
+reproduced for real, and a batch-size finder for out-of-memory errors.
 
-One function per problem. Each runs the broken program in a subprocess (through
-``mnist_helpers.launch.torchrun`` where a process group is involved), catches the failure, reads
-the message, applies the fix, runs again, and returns a :class:`Repro` record::
+**Reproductions.** One function per problem: :func:`port_in_use`, :func:`backend_interface`,
+:func:`unused_parameters`, :func:`collective_mismatch`, :func:`out_of_memory`, :func:`loss_accumulation`,
+:func:`set_epoch_repro` and :func:`padding_repro` (from one :func:`sampler_pitfalls` launch of 06's demo
+workers), :func:`download_race`, :func:`spawn_main`, :func:`cuda_fork`, :func:`loader_starvation` and
+:func:`local_rank_argparse`. Each runs the broken program in a subprocess (through
+``mnist_helpers.launch.torchrun`` where a process group is involved), catches the failure, reads the message,
+applies the fix, runs again, and returns a :class:`Repro` record::
 
     Repro(name, error, diagnosis, fix, fixed_ok, details)
 
-``error`` is the line of the real message that tells what happened; ``fixed_ok`` says whether the
-fixed run passed (``None`` when the problem cannot be shown on this machine, e.g. CUDA-only ones);
-``details`` holds the measurements. The bug programs are ``mnist_helpers/workers/bugs/*.py``;
-each docstring gives the command that reproduces it in a terminal.
+``error`` is the line of the real message that tells what happened; ``fixed_ok`` says whether the fixed run
+passed (``None`` when the problem cannot be shown on this machine, e.g. CUDA-only ones); ``details`` holds the
+measurements. ``Repro.show()`` displays one record, :func:`records_table` the summary of several. The bug
+programs are ``mnist_helpers/workers/bugs/*.py``; each docstring gives the command that reproduces it in a
+terminal. Each torchrun launch starts Python and imports torch in every process: several seconds on a small
+CPU, so the functions keep process counts and timeouts small.
 
-Each torchrun launch starts Python and imports torch in every process: several seconds on a small
-CPU. The functions keep process counts and timeouts small for that reason.
+**The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
+(``mnist_helpers.memory.peak_memory``) and returns one row per item.
+
+**The batch-size finder.** :func:`find_batch_size` halves from a start until ``fits(batch_size)`` runs without
+an out-of-memory error; :func:`train_step_probe` makes such a ``fits`` (one ``mnist_helpers.train.train_step``
+on a random MNIST-shaped batch); :func:`limit_memory` makes the memory limit real:
+
+- CUDA: the device's own memory, capped further with ``torch.cuda.set_per_process_memory_fraction`` so a big
+  GPU shows the error too (``torch.OutOfMemoryError: CUDA out of memory``);
+- CPU: there is no allocator cap, and a real out-of-memory on a shared machine would bring in the kernel's
+  OOM killer, so ``resource.setrlimit(RLIMIT_AS)`` lets the process's *virtual address space* grow by the
+  budget over what it maps now; then ``malloc`` fails and torch raises ``RuntimeError: DefaultCPUAllocator:
+  can't allocate memory``. Address space is not resident memory: it also counts the allocator's slack and
+  thread stacks created later, so treat the budget as approximate. The limit cannot be lifted inside the
+  process, so :func:`find_batch_size_limited` runs the search in a fresh one (this module's command line),
+  which is also how a notebook must use it; that process gets ``MALLOC_ENV``.
+
+    python -m mnist_helpers.lessons.l08_troubleshooting --model net --start 4096 --budget-mib 600
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
+import gc
+import io
+import json
 import os
 import re
+import resource
+import shlex
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
+import pandas as pd
+import psutil
+import torch
+import torch.nn.functional as F
+from torch.utils.data import Subset
+
+from mnist_helpers import display
+from mnist_helpers.data import (TensorBatches, check_file, dataset_tensors, make_loader, mnist_datasets, raw_dir,
+                                time_loader)
+from mnist_helpers.doctor import check_shm
+from mnist_helpers.io import MiB
 from mnist_helpers.launch import LaunchError, torchrun
-from mnist_helpers.memory import is_oom
+from mnist_helpers.memory import current_bytes, graph_nodes, is_oom, peak_memory, run_isolated
+from mnist_helpers.models import build_model
+from mnist_helpers.paths import PACKAGE_DIR
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
+from mnist_helpers.train import select_device, train_step, train_with_loader
 
-REPO = Path(__file__).resolve().parents[1]
+BUGS = PACKAGE_DIR / "workers" / "bugs"  # the bug programs, for the reproductions that run a file
+# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
+# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
+# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
+STATUS = {True: "passes", False: "STILL FAILS", None: "not shown on this machine"}
 
 
 @dataclass
@@ -46,12 +95,19 @@ class Repro:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def show(self, width: int = 110) -> None:
-        def wrap(text: str) -> str:
-            return "\n".join(line[:width] + (" ..." if len(line) > width else "") for line in text.splitlines())
-        status = {True: "PASSES", False: "STILL FAILS", None: "not shown on this machine"}[self.fixed_ok]
-        print(f"== {self.name}\n   error     : {wrap(self.error) or '(silent: no error is raised)'}\n"
-              f"   diagnosis : {self.diagnosis}\n   fix       : {self.fix}\n   fixed run : {status}")
+    def show(self) -> None:
+        """The record as a two-column table, captioned with its name."""
+        display.show({"error": self.error or "(silent: no error is raised)", "diagnosis": self.diagnosis,
+                      "fix": self.fix, "fixed run": STATUS[self.fixed_ok]}, caption=self.name)
+
+
+def records_table(records) -> pd.DataFrame:
+    """One row per record: the problem, whether its error was reproduced here, whether the fixed run passed."""
+    rows = []
+    for rec in records:
+        shown = "yes" if rec.error and not rec.error.startswith("(") else ("silent" if not rec.error else "needs a GPU")
+        rows.append({"problem": rec.name, "error reproduced": shown, "fixed run": STATUS[rec.fixed_ok]})
+    return display.table(rows)
 
 
 def telling_line(text: str, pattern: str) -> str:
@@ -79,8 +135,6 @@ def launch_ok(module: str, args=(), nproc: int = 1, env: dict | None = None, tim
 
     ``capture``: a list that receives the run's output lines (the launcher's echo, kept off the screen).
     """
-    import io
-
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf) if capture is not None else contextlib.nullcontext():
         res = torchrun(module, list(args), nproc=nproc, env=env, timeout=timeout, echo=capture is not None,
@@ -92,9 +146,12 @@ def launch_ok(module: str, args=(), nproc: int = 1, env: dict | None = None, tim
 
 def evidence(err: LaunchError) -> dict:
     """What a record keeps of a failed launch: the command to paste into a terminal, the failing rank, its cause."""
-    import shlex
-
     return {"bug_command": shlex.join(err.command), "failing_rank": err.rank, "root_cause": err.root_cause[:1200]}
+
+
+def subprocess_env(**extra) -> dict:
+    """The environment of a fresh interpreter that must import this package from the checkout."""
+    return {**os.environ, "PYTHONPATH": str(PACKAGE_DIR.parent), **extra}
 
 
 # --------------------------------------------------------------------------- 1. Address already in use
@@ -103,10 +160,10 @@ def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
     """A fixed MASTER_PORT held by another process -> EADDRINUSE; find the holder; rerun without a fixed port."""
     module = "mnist_helpers.workers.bugs.port_in_use"
     with hold_port() as (port, holder):
-        err = expect_launch_failure(module, ["--master_port", port, "--timeout", 15], nproc=nproc, timeout=timeout)
+        err = expect_launch_failure(module, ["--master-port", port, "--timeout", 15], nproc=nproc, timeout=timeout)
         holders = find_port_holders(port)
     freed = port_is_free(port)  # the holder (our own process) was stopped on leaving the block
-    fixed = launch_ok(module, nproc=nproc, timeout=timeout)  # no --master_port: torchrun's rendezvous picked one
+    fixed = launch_ok(module, nproc=nproc, timeout=timeout)  # no --master-port: torchrun's rendezvous picked one
     error = telling_line(err.root_cause + "\n" + err.output, r"EADDRINUSE|address already in use")
     who = ", ".join(f"pid {h['pid']} ({h['name']}: {h['cmdline']})" for h in holders) or "nobody visible"
     return Repro(
@@ -123,8 +180,6 @@ def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
 
 def loopback_interface() -> str:
     """The name of the interface that carries 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS)."""
-    import psutil
-
     for name, addrs in psutil.net_if_addrs().items():
         if any(getattr(a, "address", None) == "127.0.0.1" for a in addrs):
             return name
@@ -140,8 +195,6 @@ def backend_interface(nproc: int = 2, bad_ifname: str = "eth-typo9", timeout: fl
     The fixed run also sets ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` and ``TORCH_CPP_LOG_LEVEL=INFO`` so
     the output shows what those add (the store's address, each collective's fingerprint).
     """
-    import psutil
-
     module = "mnist_helpers.workers.bugs.collective_mismatch"
     err = expect_launch_failure(module, ["--fix"], nproc=nproc, env={"GLOO_SOCKET_IFNAME": bad_ifname},
                                 timeout=timeout)
@@ -205,7 +258,7 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
                         launch_timeout: float = 120) -> Repro:
     """One rank skips an all_reduce: a hang that a short timeout turns into an error; DETAIL names it.
 
-    ``fixed_result``: the JSON of a passing ``bug_collective_mismatch --fix`` run made already (e.g.
+    ``fixed_result``: the JSON of a passing ``collective_mismatch --fix`` run made already (e.g.
     by :func:`backend_interface`), to save one launch.
     """
     module = "mnist_helpers.workers.bugs.collective_mismatch"
@@ -241,9 +294,7 @@ def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1,
 
     ``device="auto"``: on a GPU the cap is ``set_per_process_memory_fraction`` and the error CUDA's own."""
     module = "mnist_helpers.workers.bugs.oom"
-    args = ["--model", model, "--batch_size", batch_size, "--budget_mib", budget_mib]
-    from mnist_helpers.lessons.l08_troubleshooting import MALLOC_ENV
-
+    args = ["--model", model, "--batch-size", batch_size, "--budget-mib", budget_mib]
     err = expect_launch_failure(module, args, nproc=1, env=MALLOC_ENV, timeout=timeout, device=device)
     fixed = launch_ok(module, [*args, "--fix", "find", "--steps", steps], nproc=1, env=MALLOC_ENV, timeout=timeout,
                       device=device)
@@ -254,7 +305,7 @@ def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1,
         "out of memory", error,
         f"one step of {model} at batch {batch_size} needs more than the {budget_mib} MiB the process may add "
         f"(capped with {cap})",
-        f"halve until it fits (mnist_helpers.lessons.l08_troubleshooting): micro-batch {fixed.get('micro_batch_size')} x "
+        f"halve until it fits (find_batch_size): micro-batch {fixed.get('micro_batch_size')} x "
         f"{fixed.get('grad_accum')} accumulation steps = the same batch of {batch_size}",
         bool(fixed.get("losses")),
         {"tried": fixed.get("tried"), "micro_batch_size": fixed.get("micro_batch_size"),
@@ -269,28 +320,16 @@ def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu"
     batch; gradient accumulation (memory for one micro-batch, not for the whole batch); losses kept
     as tensors; mixed precision (bf16 autocast on CPU, fp16/bf16 on CUDA).
     """
-    import torch
-    import torch.nn.functional as F
-
-    from mnist_helpers.io import MiB
-    from mnist_helpers.memory import graph_nodes, peak_memory
-    from mnist_helpers.models import build_model
-
-    dev = torch.device(device)
+    dev = select_device(device)
     torch.manual_seed(0)
     net = build_model(model).to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=1e-3)
 
     def step(bs: int, amp: bool = False, accum: int = 1):
         def fn():
-            opt.zero_grad(set_to_none=True)
-            for _ in range(accum):
-                X = torch.randn(bs // accum, 1, 28, 28, device=dev)
-                y = torch.randint(0, 10, (bs // accum,), device=dev)
-                with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=amp):
-                    loss = F.nll_loss(net(X), y) / accum
-                loss.backward()
-            opt.step()
+            X = torch.randn(bs, 1, 28, 28, device=dev)
+            y = torch.randint(0, 10, (bs,), device=dev)
+            train_step(net, opt, X, y, amp="bf16" if amp else "none", grad_accum=accum)
         return fn
 
     step(8)()  # optimizer state exists before measuring
@@ -299,11 +338,9 @@ def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu"
     accum = peak_memory(step(batch_size, accum=4), dev)
     amp = peak_memory(step(batch_size, amp=True), dev)
     kept = 0.0
-    for _ in range(3):
+    for _ in range(3):  # the mistake being measured: summing loss tensors, no backward
         X = torch.randn(8, 1, 28, 28, device=dev)
         kept = kept + F.nll_loss(net(X), torch.zeros(8, dtype=torch.long, device=dev))
-    import psutil
-
     vm = psutil.virtual_memory()
     top = max(psutil.process_iter(["pid", "name", "memory_info"]),
               key=lambda p: p.info["memory_info"].rss if p.info["memory_info"] else 0)
@@ -321,7 +358,7 @@ def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu"
          f"{full.persistent_bytes / MiB:,.0f} MiB weights+grads+Adam+batch", "do": "activations scale with the batch",
          "ratio": 1.0, "peak_mib": mib(full)},
         {"check": "halve the batch", "measured": f"peak {mib(half):,.0f} MiB at {batch_size // 2} "
-         f"({mib(half) / mib(full):.2f}x)", "do": "mnist_helpers.lessons.l08_troubleshooting halves until it fits",
+         f"({mib(half) / mib(full):.2f}x)", "do": "find_batch_size halves until it fits",
          "ratio": mib(half) / mib(full)},
         {"check": "gradient accumulation", "measured": f"peak {mib(accum):,.0f} MiB for batch {batch_size} as "
          f"4 x {batch_size // 4} ({mib(accum) / mib(full):.2f}x)",
@@ -336,14 +373,35 @@ def oom_checklist(model: str = "net", batch_size: int = 128, device: str = "cpu"
 
 # --------------------------------------------------------------------------- 6. loss kept as a tensor
 
+def summed_loss_memory(num_steps: int = 8, accumulate: str = "tensor", batch_size: int = 64, model: str = "net",
+                       seed: int = 0) -> dict:
+    """An evaluation loop without ``torch.no_grad()`` that sums the loss for logging; memory in use after each batch.
+
+    ``accumulate="tensor"`` (``total += loss``) keeps every batch's graph, and its saved activations,
+    reachable from ``total``; ``"item"`` (``total += loss.item()``) keeps nothing. Run it in a fresh
+    process (``run_isolated``): on CPU the process RSS is the meter.
+    """
+    if accumulate not in ("tensor", "item"):
+        raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
+    torch.manual_seed(seed)
+    net = build_model(model)
+    X = torch.randn(batch_size, 1, 28, 28)
+    y = torch.randint(0, 10, (batch_size,))
+    total, used = 0.0, []
+    for _ in range(num_steps):
+        loss = F.nll_loss(net(X), y)  # forward only, graph recorded: the leak needs no training step
+        total = total + (loss.item() if accumulate == "item" else loss)
+        del loss
+        used.append(current_bytes("cpu"))
+    return {"accumulate": accumulate, "bytes_after_step": used,
+            "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1), "graph_nodes_kept": graph_nodes(total)}
+
+
 def loss_accumulation(num_steps: int = 8, batch_size: int = 64) -> Repro:
     """``total += loss`` keeps every step's graph; ``total += loss.item()`` does not (each in a fresh process)."""
-    from mnist_helpers.io import MiB
-    from mnist_helpers.memory import run_isolated
-
-    kw = dict(num_steps=num_steps, backward=False, batch_size=batch_size)
-    bad = run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", accumulate="tensor", **kw)["result"]
-    good = run_isolated("mnist_helpers.lessons.l05_precision_memory:leak_demo", accumulate="item", **kw)["result"]
+    target = "mnist_helpers.lessons.l08_troubleshooting:summed_loss_memory"
+    bad = run_isolated(target, accumulate="tensor", num_steps=num_steps, batch_size=batch_size)["result"]
+    good = run_isolated(target, accumulate="item", num_steps=num_steps, batch_size=batch_size)["result"]
     return Repro(
         "graphs kept alive by accumulating loss", "",
         f"memory grows {bad['growth_per_step'] / MiB:,.1f} MiB per step and {bad['graph_nodes_kept']} autograd nodes "
@@ -412,10 +470,8 @@ with provision_lock(root):                     # the lock ensure_mnist takes: on
 
 
 def _race(writer: str, argv_for, dst: Path, n_writers: int, poll_s: float = 0.01) -> dict:
-    from mnist_helpers.data import check_file
-
     procs = [subprocess.Popen([sys.executable, "-c", writer, *argv_for(i)], stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(REPO)}) for i in range(n_writers)]
+                              env=subprocess_env()) for i in range(n_writers)]
     seen = {"missing": 0, "truncated": 0, "corrupt": 0, "valid": 0, "too long": 0}
     first_bad = ""
     while any(p.poll() is None for p in procs):
@@ -434,8 +490,6 @@ def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> R
 
     A reader polls the file meanwhile (a rank that starts loading as soon as the file exists).
     """
-    from mnist_helpers.data import raw_dir
-
     src = raw_dir() / name
     with tempfile.TemporaryDirectory(prefix="mnist_race_") as tmp:
         naive_dst = Path(tmp) / "naive" / name
@@ -461,8 +515,8 @@ def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> R
 
 def spawn_main(nprocs: int = 2, timeout: float = 180) -> Repro:
     """mp.spawn of a function defined in ``__main__`` without a file (what a notebook kernel is)."""
-    src = (REPO / "mnist_helpers" / "workers" / "bugs" / "spawn_main.py").read_text()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    src = (BUGS / "spawn_main.py").read_text()
+    env = subprocess_env(PYTHONUNBUFFERED="1")
 
     def run(*flags):  # the script's text with -c: __main__ has no file, as in a Jupyter kernel
         return subprocess.run([sys.executable, "-c", src, "--nprocs", str(nprocs), *flags], text=True,
@@ -496,8 +550,6 @@ if __name__ == "__main__":
 
 def cuda_fork(timeout: float = 180) -> Repro:
     """'Cannot re-initialize CUDA in forked subprocess' (GPU only; on CPU the record explains it)."""
-    import torch
-
     diagnosis = ("fork copies the parent's memory but not its CUDA context: a child that touches CUDA after the "
                  "parent initialised it fails (DataLoader workers and mp with the default 'fork' start method)")
     fix = "start method 'spawn' (mp.set_start_method('spawn'), torchrun workers, DataLoader(multiprocessing_context='spawn')), or keep CUDA out of the parent before forking"
@@ -515,41 +567,12 @@ def cuda_fork(timeout: float = 180) -> Repro:
                  good.stdout.strip() == "ok", {"cuda": True, "fork": bad.stdout.strip(), "spawn": good.stdout.strip()})
 
 
-# --------------------------------------------------------------------------- 10. --local_rank
-
-def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
-    """The article's ``--local_rank`` parser under the launchers: an argparse error, or a silent cuda:0 for all."""
-    script = str(REPO / "mnist_helpers" / "workers" / "bugs" / "local_rank.py")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-
-    def run(*flags):  # the deprecated launcher passes --local-rank=N (dashed since torch 2.0)
-        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", str(nproc),
-               "--master-port", str(free_port()), script, *flags]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    bad, good = run(), run("--fix")
-    return Repro(
-        "--local_rank argparse bug", telling_line(bad.stderr + bad.stdout, r"unrecognized arguments"),
-        "torch.distributed.launch passes --local-rank=N (dashed since torch 2.0) and the article's parser only "
-        "knows --local_rank; torchrun passes no argument at all, so the default 0 puts every process on cuda:0",
-        "read int(os.environ['LOCAL_RANK']) (torchrun and launch both set it); accept both spellings if you must "
-        "keep the flag",
-        good.returncode == 0 and "local_rank from the environment" in good.stdout,
-        {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
-
-
 # --------------------------------------------------------------------------- 9. loader starvation, /dev/shm
 
 def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 128, model: str = "fastnet",
                       num_workers: int = 0, subset: int = 4096) -> Repro:
     """The fraction of each training step spent waiting for data: the article's per-sample PIL loader
     vs in-memory tensor batches (``mnist_helpers.train.train_with_loader`` does the timing, as in 03)."""
-    from mnist_helpers.data import TensorBatches
-    from mnist_helpers.doctor import check_shm
-    from torch.utils.data import Subset
-
-    from mnist_helpers.data import dataset_tensors, make_loader, mnist_datasets, time_loader
-    from mnist_helpers.train import train_with_loader
-
     ds = Subset(mnist_datasets()[0], range(subset))  # the article's per-sample PIL route
     loader = make_loader(ds, batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
     alone = time_loader(loader, epochs=1, max_batches=steps)["images_per_s"]  # the loader with no model
@@ -572,43 +595,30 @@ def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 
         {"dataloader": slow, "tensor_batches": fast, "loader_alone_images_per_s": alone, "shm": shm.__dict__})
 
 
-# ==================================================================================================
-# Part from batch_finder.py
-# Find the largest batch that fits in memory by halving (introduced in 08_troubleshooting).
-#
-# ``find_batch_size(fits, start)`` tries ``start``, then ``start // 2``, ... until ``fits(batch_size)``
-# returns without an out-of-memory error, and returns what it tried. ``train_step_probe(model)`` makes
-# such a ``fits``: one forward + backward + optimizer step on a random MNIST-shaped batch.
-#
-# How the memory limit is made real, per device:
-#
-# - **CUDA**: the device's own memory; ``limit_memory(budget_bytes, device)`` caps it further with
-#   ``torch.cuda.set_per_process_memory_fraction`` so a big GPU can show the error too. The error is
-#   ``torch.OutOfMemoryError: CUDA out of memory``.
-# - **CPU**: there is no allocator cap, and a real out-of-memory on a shared machine would bring in the
-#   kernel's OOM killer. ``limit_memory`` sets ``resource.setrlimit(RLIMIT_AS)`` instead: the
-#   process's *virtual address space* may grow by ``budget_bytes`` over what it maps now, after which
-#   ``malloc`` fails and torch raises ``RuntimeError: DefaultCPUAllocator: can't allocate memory``.
-#   The limit is on address space, not on resident memory: it also counts the allocator's slack and
-#   any thread stacks created later, so treat the budget as approximate. It cannot be lifted again
-#   inside the process, so ``find_batch_size_limited`` runs the whole search in a fresh subprocess
-#   (``python -m mnist_helpers.lessons.l08_troubleshooting``), which is also how a notebook must use it; that process
-#   gets ``MALLOC_ENV`` (a fixed glibc mmap threshold, so freed tensors give their address space back).
-#
-#     python -m mnist_helpers.lessons.l08_troubleshooting --model net --start 4096 --budget_mib 600
-# ==================================================================================================
+# --------------------------------------------------------------------------- 10. --local_rank
+
+def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
+    """The article's ``--local_rank`` parser under the launchers: an argparse error, or a silent cuda:0 for all."""
+    script = str(BUGS / "local_rank.py")
+    env = subprocess_env(OMP_NUM_THREADS="1")
+
+    def run(*flags):  # the deprecated launcher passes --local-rank=N (dashed since torch 2.0)
+        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", str(nproc),
+               "--master-port", str(free_port()), script, *flags]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    bad, good = run(), run("--fix")
+    return Repro(
+        "--local_rank argparse bug", telling_line(bad.stderr + bad.stdout, r"unrecognized arguments"),
+        "torch.distributed.launch passes --local-rank=N (dashed since torch 2.0) and the article's parser only "
+        "knows --local_rank; torchrun passes no argument at all, so the default 0 puts every process on cuda:0",
+        "read int(os.environ['LOCAL_RANK']) (torchrun and launch both set it); accept both spellings if you must "
+        "keep the flag",
+        good.returncode == 0 and "local_rank from the environment" in good.stdout,
+        {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
 
 
-import argparse
-import json
-import resource
-from typing import Callable
+# --------------------------------------------------------------------------- the batch-size finder
 
-MiB = 2**20
-# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
-# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
-# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
 def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1, repeats: int = 2) -> dict:
     """Halve from ``start`` until ``fits(batch_size)`` runs ``repeats`` times without running out of memory.
 
@@ -631,7 +641,7 @@ def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: i
             if not is_oom(exc):
                 raise
             tried.append({"batch_size": batch_size, "ok": False, "error": str(exc).strip().splitlines()[0][:200]})
-            _release_cached()
+            release_cached()
             batch_size //= 2
             continue
         tried.append({"batch_size": batch_size, "ok": True, "error": None})
@@ -639,27 +649,21 @@ def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: i
     return {"batch_size": None, "tried": tried}
 
 
-def _release_cached() -> None:
-    import gc
-
-    import torch
-
-    gc.collect()  # the failed step's tensors are garbage now (the exception's frames held them)
+def release_cached() -> None:
+    """Free what a failed step left behind: its tensors (garbage once the exception's frames are gone), CUDA's cache."""
+    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
 
-def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, seed: int = 0) -> Callable[[int], float]:
-    """A ``fits(batch_size)`` that runs one real training step (Adam, NLL loss) and returns the loss.
+def train_step_probe(model: str = "net", device: str | torch.device = "cpu", lr: float = 1e-3,
+                     seed: int = 0) -> Callable[[int], float]:
+    """A ``fits(batch_size)`` that runs one real training step (``train_step``, Adam) and returns the loss.
 
     ``fits.model`` and ``fits.optimizer`` are the model and optimizer it trains: keep training those
     after the search (under an address-space cap, memory freed by a failed try is not always returned
     to the OS, so a second model may not fit where the first did)."""
-    import torch
-    import torch.nn.functional as F
-
-    from mnist_helpers.models import build_model
-
+    device = torch.device(device)
     torch.manual_seed(seed)
     net = build_model(model).to(device)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
@@ -667,11 +671,7 @@ def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, 
     def fits(batch_size: int) -> float:
         X = torch.randn(batch_size, 1, 28, 28, device=device)
         y = torch.randint(0, 10, (batch_size,), device=device)
-        opt.zero_grad(set_to_none=True)
-        loss = F.nll_loss(net(X), y)
-        loss.backward()
-        opt.step()
-        return loss.item()
+        return float(train_step(net, opt, X, y))
 
     fits(2)  # create the optimizer state and start the thread pools before any limit is set
     fits.model, fits.optimizer = net, opt  # so the caller can go on training the same model
@@ -680,12 +680,10 @@ def train_step_probe(model: str = "net", device: str = "cpu", lr: float = 1e-3, 
 
 def address_space_bytes() -> int:
     """This process's virtual memory size now (what RLIMIT_AS counts)."""
-    import psutil
-
     return psutil.Process().memory_info().vms
 
 
-def limit_memory(budget_bytes: int, device: str = "cpu") -> dict:
+def limit_memory(budget_bytes: int, device: str | torch.device = "cpu") -> dict:
     """Let this process allocate about ``budget_bytes`` more, then fail with an out-of-memory error.
 
     CPU: ``RLIMIT_AS`` = current address space + budget (cannot be raised again in this process).
@@ -694,8 +692,6 @@ def limit_memory(budget_bytes: int, device: str = "cpu") -> dict:
     """
     if budget_bytes <= 0:
         raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-    import torch
-
     dev = torch.device(device)
     if dev.type == "cuda":
         total = torch.cuda.get_device_properties(dev).total_memory
@@ -720,7 +716,7 @@ def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: i
     Returns the search plus ``"limit"`` (what was set) and ``"device"``.
     """
     cmd = [sys.executable, "-m", "mnist_helpers.lessons.l08_troubleshooting", "--model", model, "--start", str(start),
-           "--budget_mib", str(budget_mib), "--min_batch_size", str(min_batch_size), "--json"]
+           "--budget-mib", str(budget_mib), "--min-batch-size", str(min_batch_size), "--json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **MALLOC_ENV, "PYTHONUNBUFFERED": "1"})
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -734,23 +730,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Largest training batch that fits in a memory budget (halving).")
     ap.add_argument("--model", default="net")
     ap.add_argument("--start", type=int, default=4096)
-    ap.add_argument("--min_batch_size", type=int, default=1)
-    ap.add_argument("--budget_mib", type=int, default=600, help="memory the step may add (MiB)")
+    ap.add_argument("--min-batch-size", type=int, default=1)
+    ap.add_argument("--budget-mib", type=int, default=600, help="memory the step may add (MiB)")
     ap.add_argument("--device", default="auto", help="auto, cpu or cuda")
     ap.add_argument("--json", action="store_true", help="print one JSON line only")
     args = ap.parse_args(argv)
-    import torch
-
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
+    device = select_device(args.device)
     fits = train_step_probe(args.model, device)
     limit = limit_memory(args.budget_mib * MiB, device)
-    result = {**find_batch_size(fits, args.start, args.min_batch_size), "limit": limit, "device": device,
+    result = {**find_batch_size(fits, args.start, args.min_batch_size), "limit": limit, "device": str(device),
               "model": args.model, "budget_mib": args.budget_mib}
     if args.json:
         print(json.dumps(result))
     else:
-        for row in result["tried"]:
-            print(f"batch {row['batch_size']:>6}: {'fits' if row['ok'] else 'out of memory: ' + row['error']}")
+        display.show(result["tried"], columns=["batch_size", "ok", "error"])
         print(f"largest batch that fits in {args.budget_mib} MiB on {device}: {result['batch_size']}")
     return 0 if result["batch_size"] else 1
 

@@ -334,7 +334,7 @@ def measure_steps(model: str, batch_size: int, *, device, amp: str = "none", thr
     """
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    device = torch.device(device)
+    device = select_device(str(device))
     old_threads = torch.get_num_threads()
     if threads:
         torch.set_num_threads(threads)
@@ -435,7 +435,7 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
         raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
     if not isinstance(max_batch_size, int) or max_batch_size < 1:
         raise ValueError(f"max_batch_size must be a positive integer, got {max_batch_size!r}")
-    dev = select_device("auto") if device is None else torch.device(device)
+    dev = select_device("auto" if device is None else str(device))
     say = log or (lambda s: None)
     cores = usable_cores()
     gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
@@ -466,9 +466,9 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
                "iqr_images_per_s": result["iqr_images_per_s"] if result else None, "chosen": False, **extra}
         evidence.append(row)
         if result:
-            say(f"  {stage:<10} {str(setting):<22} {row['images_per_s']:>9,.0f} img/s  (IQR {row['iqr_images_per_s']:,.0f})")
+            say(f"  {stage} {setting}: {row['images_per_s']:,.0f} img/s (IQR {row['iqr_images_per_s']:,.0f})")
         else:
-            say(f"  {stage:<10} {str(setting):<22} {status}")
+            say(f"  {stage} {setting}: {status}")
         return row
 
     def pick(stage):
@@ -593,15 +593,13 @@ def measure_processes(nproc: int, *, model: str = "net", batch_size: int = 128, 
     return {"images_per_s": batch_size * nproc / slowest, "iqr_images_per_s": 0.0}
 
 
-def evidence_table(evidence: list[dict]) -> str:
-    """Fixed-width text of the evidence rows."""
-    lines = [f"{'stage':<10}  {'setting':<22}  {'images/s':>9}  {'IQR':>7}  chosen  status"]
-    for r in evidence:
-        ips = f"{r['images_per_s']:>9,.0f}" if r["images_per_s"] else f"{'':>9}"
-        iqr = f"{r['iqr_images_per_s']:>7,.0f}" if r["iqr_images_per_s"] is not None else f"{'':>7}"
-        lines.append(f"{r['stage']:<10}  {str(r['setting']):<22}  {ips}  {iqr}  {'  *   ' if r['chosen'] else '      '}  "
-                     f"{r['status']}{'; ' + r['note'] if r.get('note') else ''}")
-    return "\n".join(lines)
+def evidence_table(evidence: list[dict]) -> pd.DataFrame:
+    """The evidence rows as a DataFrame: stage, setting, images_per_s, iqr_images_per_s, chosen, status
+    (with the row's note, if any). Unmeasured candidates have no images/s."""
+    rows = [{"stage": r["stage"], "setting": str(r["setting"]), "images_per_s": r["images_per_s"],
+             "iqr_images_per_s": r["iqr_images_per_s"], "chosen": r["chosen"],
+             "status": r["status"] + (f"; {r['note']}" if r.get("note") else "")} for r in evidence]
+    return table(rows, ["stage", "setting", "images_per_s", "iqr_images_per_s", "chosen", "status"])
 
 
 def stage_gains(evidence: list[dict]) -> dict:
@@ -643,10 +641,8 @@ def lr_optimizer_gain(data, *, candidates=(("adam", 1e-3), ("adam", 3e-3), ("sgd
         curve, done = [], 0
         while done < steps:
             for Xb, yb in batches:
-                net.train()
-                opt.zero_grad(set_to_none=True)
-                F.nll_loss(net(Xb), yb).backward()
-                opt.step()
+                net.train()  # evaluate() below leaves the model in eval mode
+                train_step(net, opt, Xb, yb)
                 done += 1
                 if done % eval_every == 0:
                     curve.append((done, evaluate(net, X_test, y_test, 1024)["acc"]))
@@ -669,6 +665,8 @@ THROUGHPUT_KEYS = ("images_per_s", "median_images_per_s")
 ACCURACY_KEYS = ("final_test_acc", "test_acc")
 LEVERS = {1: "batch size & workers", 2: "LR & optimizer", 3: "AMP & accumulation", 4: "distribution"}
 PRIORITY_TAG = "priority"
+EMPTY_LOG = "the experiment log is empty: run notebooks 01-08 (any profile) to fill it"
+NO_THROUGHPUT = "no run in the log has a throughput yet"
 
 
 def load(path=None, **filters) -> list[dict]:
@@ -697,10 +695,9 @@ def machines(rows: list[dict]) -> list[str]:
     return sorted({r.get("machine") or "?" for r in rows})
 
 
-def overview(rows: list[dict]) -> str:
-    """How many runs each notebook logged on each machine."""
-    if not rows:
-        return "the experiment log is empty: run notebooks 01-08 (any profile) to fill it"
+def overview(rows: list[dict]) -> pd.DataFrame:
+    """How many runs each notebook logged on each machine: notebook, machine, runs (no rows for an empty log,
+    where :data:`EMPTY_LOG` says what to do)."""
     counts = defaultdict(int)
     for r in rows:
         counts[(r.get("notebook"), r.get("machine"))] += 1
@@ -722,15 +719,30 @@ RUN_COLUMNS = ["notebook", "name", "throughput", "accuracy", "config.batch_size"
                "config.amp", "config.loader", "machine"]
 
 
-def runs_table(rows: list[dict], columns: list[str] | None = None, last: int | None = None) -> str:
+RUN_FORMATS = {"throughput": "{:,.0f}", "accuracy": "{:.2%}", "config.batch_size": "{:.0f}",
+               "config.num_workers": "{:.0f}"}
+
+
+def runs_table(rows: list[dict], columns: list[str] | None = None, last: int | None = None) -> pd.DataFrame:
     """Throughput (images/s) and accuracy of every run that logged them (or of the ``last`` N), across
-    notebooks and machines."""
-    rows = comparable(rows)
-    if not rows:
-        return "no run in the log has a throughput yet"
-    shown = rows[-last:] if last else rows
-    note = f"\n(the last {len(shown)} of {len(rows)} runs with a throughput)" if len(shown) < len(rows) else ""
-    return table(shown, columns or RUN_COLUMNS) + note
+    notebooks and machines, as a DataFrame (no rows when no run logged a throughput)."""
+    shown = comparable(rows)
+    if last:
+        shown = shown[-last:]
+    return table(shown, columns or RUN_COLUMNS)
+
+
+def show_runs(rows: list[dict], last: int | None = None) -> None:
+    """Display :func:`runs_table` with :data:`RUN_FORMATS` and a caption that says how many runs it shows;
+    say so when no run has a throughput."""
+    total = len(comparable(rows))
+    if not total:
+        print(NO_THROUGHPUT)
+        return
+    df = runs_table(rows, last=last)
+    caption = (f"the last {len(df)} of {total} runs with a throughput" if len(df) < total
+               else f"{total} run{'s' if total > 1 else ''} with a throughput")
+    show(df, formats=RUN_FORMATS, caption=caption)
 
 
 def best_per_machine(rows: list[dict], min_accuracy: float | None = None) -> list[dict]:
@@ -886,10 +898,11 @@ def filter_rows(rows: list[dict], notebook: str = "all", machine: str = "all", t
 def dashboard(rows: list[dict], interactive: bool | None = None, last: int | None = 20):
     """Filter the log by notebook, machine and name, and see the table and the plot update.
 
-    Prints a static table and draws the plot first (what a saved or CI-executed notebook shows), then,
-    when ipywidgets and a live kernel are there, returns the widgets that redraw on every change.
+    Shows the runs table (a DataFrame, :func:`show_runs`) and draws the plot first (what a saved or
+    CI-executed notebook shows), then, when ipywidgets and a live kernel are there, returns the widgets that
+    redraw both on every change.
     """
-    print(runs_table(rows, last=last))
+    show_runs(rows, last=last)
     plot_runs(comparable(rows)[-last:] if last else rows)
     plt.show()
     if interactive is None:
@@ -897,7 +910,7 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
     if not interactive:
         return None
     try:
-        import ipywidgets as w
+        import ipywidgets as w  # optional: without it the static view is the dashboard
     except ImportError:
         print("(ipywidgets is not installed: the static view above is all there is)")
         return None
@@ -910,7 +923,7 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
         out.clear_output(wait=True)
         with out:
             chosen = filter_rows(rows, nb.value, mc.value, tx.value)
-            print(runs_table(chosen, last=last))
+            show_runs(chosen, last=last)
             plot_runs(comparable(chosen)[-last:] if last else chosen)
             plt.show()
 

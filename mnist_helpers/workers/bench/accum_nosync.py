@@ -32,8 +32,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import TensorBatches, load_mnist
-from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, init_distributed
+from mnist_helpers.io import MiB, write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, build_training, train_one_epoch
 
@@ -64,13 +64,11 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
         runs = {}
         for mode in MODES:
             tr = build_training(cfg, ctx.device, steps_per_epoch=1)  # same seed: identical starting weights
+            stats = {"calls": 0, "bytes": 0, "seconds": 0.0}
             if ctx.world_size > 1:
                 ids = [ctx.device.index] if ctx.device.type == "cuda" else None
                 tr.model = DDP(tr.model, device_ids=ids)  # static_graph stays False: never with no_sync
-                stats = {"calls": 0, "bytes": 0, "seconds": 0.0}
                 tr.model.register_comm_hook(stats, counting_allreduce_hook)
-            else:
-                stats = {"calls": 0, "bytes": 0, "seconds": 0.0}
             batches = TensorBatches(X, y, cfg.batch_size, shuffle=True, drop_last=True, seed=cfg.seed,
                                     rank=ctx.rank, world_size=ctx.world_size)
             stream = itertools.chain.from_iterable(batches for _ in itertools.count())
@@ -91,7 +89,7 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
         for mode, run in runs.items():
             s = run["stats"]
             rows.append({"mode": mode, "grad_accum": cfg.grad_accum, "allreduce_calls_per_step": s["calls"] / total_steps,
-                         "allreduce_mib_per_step": s["bytes"] / total_steps / 2**20,
+                         "allreduce_mib_per_step": s["bytes"] / total_steps / MiB,
                          "allreduce_seconds_per_step": s["seconds"] / total_steps,
                          "step_seconds": statistics.median(run["block_seconds"]) / steps})
         params = [torch.cat([p.detach().flatten() for p in run["tr"].model.parameters()]) for run in runs.values()]
@@ -101,8 +99,8 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
                   "machine": machine_info()}
         if ctx.is_main:
             for r in rows:
-                print(f"[rank 0] {r['mode']:<24} | {r['allreduce_calls_per_step']:4.1f} all-reduces/step | "
-                      f"{r['allreduce_mib_per_step']:6.1f} MiB/step | {1e3 * r['step_seconds']:7.1f} ms/step", flush=True)
+                print(f"[rank 0] {r['mode']}: {r['allreduce_calls_per_step']:.1f} all-reduces/step, "
+                      f"{r['allreduce_mib_per_step']:.1f} MiB/step, {1e3 * r['step_seconds']:.1f} ms/step", flush=True)
             if out:
                 write_json(out, result)
         return result

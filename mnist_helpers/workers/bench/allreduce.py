@@ -1,7 +1,7 @@
 """Communication benchmarks under torchrun (introduced in 07_scaling_and_multinode).
 
-Two modes, both launched by ``mnist_helpers.lessons.l07_scaling`` / ``mnist_helpers.lessons.l07_scaling`` through the
-launcher; rank 0 writes a JSON list of rows to ``--out``.
+Two modes, both launched by ``mnist_helpers.lessons.l07_scaling`` (and ``scripts/bench_allreduce.py``,
+``scripts/bench_scaling.py``) through the launcher; rank 0 writes ``{"rows": [...]}`` to ``--out``.
 
 ``allreduce``: ``dist.all_reduce`` of float32 tensors of each ``--sizes`` (bytes). Per size: warm-up,
 then ``--repeats`` timed blocks of ``--iters`` calls; a block's time is the slowest rank's (an
@@ -30,13 +30,13 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, init_distributed
+from mnist_helpers.io import write_json
 from mnist_helpers.models import build_model
+from mnist_helpers.train import train_step
 
 HOOKS = ("none", "fp16", "bf16")
 
@@ -126,10 +126,9 @@ def bench_ddp(model_name: str, batch_size: int, variants, steps: int, repeats: i
         _sync(device)
         t0 = time.perf_counter()
         for _ in range(n):
+            # The whole step under no_sync (train_step's own no_sync only skips accumulation micro-batches).
             with model.no_sync() if off else contextlib.nullcontext():
-                opt.zero_grad(set_to_none=True)
-                F.nll_loss(model(X), y).backward()
-            opt.step()
+                train_step(model, opt, X, y)
         _sync(device)
         return _slowest((time.perf_counter() - t0) / n, device)
 

@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> dict:
         if ctx.is_main:
             for r in everyone:
                 parts = " | ".join(f"{b['part']} {b['share']:.0%}" for b in r["breakdown"])
-                print(f"[rank 0] rank {r['rank']}: {r['wall_s_per_step'] * 1e3:8.1f} ms/step | {parts}", flush=True)
+                print(f"[rank 0] rank {r['rank']}: {r['wall_s_per_step'] * 1e3:.1f} ms/step | {parts}", flush=True)
             if args.out:
                 write_json(args.out, result)
         return result

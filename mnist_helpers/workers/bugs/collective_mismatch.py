@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict:
                     help="loop: the log all_reduce inside the training loop (shapes differ: gloo aborts); "
                          "end: a final rank-0-only all_reduce while rank 1 waits in barrier() (a hang)")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--log_every", type=int, default=2)
+    ap.add_argument("--log-every", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)

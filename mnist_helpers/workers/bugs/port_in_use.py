@@ -8,7 +8,7 @@ binds port 0 and the OS picks a free one), so this worker brings the bug back on
 
     # the bug: a fixed port that another process holds
     python -m torch.distributed.run --standalone --nproc-per-node 1 \\
-        -m mnist_helpers.workers.bugs.port_in_use --master_port 12355
+        -m mnist_helpers.workers.bugs.port_in_use --master-port 12355
     # the fix: no fixed port; torchrun's rendezvous picked one that is free
     python -m torch.distributed.run --standalone --nproc-per-node 1 -m mnist_helpers.workers.bugs.port_in_use
 
@@ -30,7 +30,7 @@ from mnist_helpers.io import write_json
 @record
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--master_port", type=int, default=None,
+    ap.add_argument("--master-port", type=int, default=None,
                     help="fix MASTER_PORT like the article does (the bug); default: torchrun's own port")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds for the store and collectives")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")

@@ -36,6 +36,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.io import write_json
 from mnist_helpers.models import build_model
+from mnist_helpers.train import train_step
 
 FIXES = ("none", "use", "freeze", "find_unused")
 
@@ -80,9 +81,7 @@ def run_steps(fixes: list[str], steps: int, warmup: int, batch_size: int, rank: 
             if dist.get_world_size() > 1:
                 dist.barrier()
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(ddp(X), y).backward()  # the bug surfaces in the 2nd iteration's forward
-            opt.step()
+            train_step(ddp, opt, X, y)  # the bug surfaces in the 2nd iteration's forward
             if i >= warmup:
                 times[fix].append(time.perf_counter() - t0)
     return times
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--fix", choices=(*FIXES, "all"), default="none")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per fix")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--batch_size", type=int, default=64, help="per process")
+    ap.add_argument("--batch-size", type=int, default=64, help="per process")
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
         for fix, times in run_steps(fixes, args.steps, args.warmup, args.batch_size, rank).items():
             rows.append({"fix": fix, "median_step_ms": 1000 * statistics.median(times), "steps": len(times)})
             if rank == 0:
-                print(f"[rank 0] fix={fix:<12} {len(times)} steps | median {rows[-1]['median_step_ms']:7.2f} ms/step",
+                print(f"[rank 0] fix={fix}: {len(times)} steps, median {rows[-1]['median_step_ms']:.2f} ms/step",
                       flush=True)
         summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
         if rank == 0 and args.out:

@@ -5,25 +5,27 @@ was the contract of the old ``torch.distributed.launch``; torchrun never passes 
 and puts ``LOCAL_RANK`` in each process's environment instead. So under torchrun the argument keeps
 its default: every process parses 0 and would put itself on ``cuda:0``. Each rank records its
 command line, what the article's parser returns, what the environment says, and the other
-variables torchrun sets (what ``init_process_group`` reads).
+variables torchrun sets (what ``init_process_group`` reads). The article's parser is the one
+notebook 08 reproduces (``workers/bugs/local_rank.py``, ``article_parser``), imported, not copied;
+08 shows the other side: the deprecated ``torch.distributed.launch`` passes ``--local-rank=N`` and
+that parser stops with "unrecognized arguments".
 
     torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.demos.local_rank_bug
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
+
+from mnist_helpers.workers.bugs.local_rank import article_parser
 
 TORCHRUN_ENV = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
                 "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT")
 
 
 def article_local_rank(argv: list[str]) -> int:
-    """The article's parsing, verbatim except parse_known_args (this demo has flags of its own)."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--local_rank", type=int, default=0)
-    args, _ = parser.parse_known_args(argv)
+    """The article's parser (08's reproduction), with parse_known_args: this demo has flags of its own."""
+    args, _ = article_parser(fix=False).parse_known_args(argv)
     return args.local_rank
 
 

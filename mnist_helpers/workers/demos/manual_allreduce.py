@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import load_mnist
 from mnist_helpers.distributed import params_digest
-from mnist_helpers.models import Net
+from mnist_helpers.models import build_model
 
 
 def grads_digest(model: torch.nn.Module) -> str:
@@ -36,9 +36,9 @@ def max_grad_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max(float((p.grad - q.grad).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
 
 
-def fresh_net(seed: int) -> Net:
+def fresh_net(seed: int) -> torch.nn.Module:
     torch.manual_seed(seed)  # the same seed on every rank: identical replicas to start from
-    return Net()
+    return build_model("net")
 
 
 def run(ctx, args) -> dict:
@@ -46,6 +46,7 @@ def run(ctx, args) -> dict:
     X, y, _, _ = load_mnist(args.data_root, subset=(B * ws, 1))
     X_r, y_r = X[r * B:(r + 1) * B], y[r * B:(r + 1) * B]  # this rank's share of the global batch
 
+    # Not train.train_step: the lesson is what happens between backward() and step(), so they are apart.
     model = fresh_net(args.seed)
     initial = params_digest(model)
     F.nll_loss(model(X_r), y_r).backward()

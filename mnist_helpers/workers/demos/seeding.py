@@ -20,7 +20,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.distributed import params_digest
-from mnist_helpers.models import Net
+from mnist_helpers.models import build_model
 
 
 def shifts(seed: int, n: int = 8) -> list[list[int]]:
@@ -31,7 +31,7 @@ def shifts(seed: int, n: int = 8) -> list[list[int]]:
 
 def run(ctx, args) -> dict:
     torch.manual_seed(args.seed + 1000 * ctx.rank)  # a different seed per rank
-    model = Net()
+    model = build_model("net")
     before = params_digest(model)
     DDP(model)  # construction broadcasts rank 0's parameters and buffers to every rank
     return {"rank": ctx.rank, "params_before_ddp": before, "params_after_ddp": params_digest(model),

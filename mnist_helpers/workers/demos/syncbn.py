@@ -19,13 +19,13 @@ import sys
 
 import torch
 import torch.distributed.nn.functional as dist_fn
-import torch.nn.functional as F
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import load_mnist
 from mnist_helpers.distributed import gather_objects
-from mnist_helpers.models import NetBN
+from mnist_helpers.models import build_model
+from mnist_helpers.train import train_step
 
 
 class CpuSyncBatchNorm(nn.BatchNorm2d):
@@ -71,7 +71,7 @@ def synced(model: nn.Module, device: torch.device) -> nn.Module:
 
 def fresh(seed: int, device: torch.device) -> nn.Module:
     torch.manual_seed(seed)
-    return NetBN().to(device)
+    return build_model("netbn").to(device)
 
 
 def running_stats(model: nn.Module) -> torch.Tensor:
@@ -95,9 +95,7 @@ def run(ctx, args) -> dict:
         opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
         for step in range(args.steps):
             i = (step * ws + r) * B  # this rank's slice of the step's global batch
-            opt.zero_grad(set_to_none=True)
-            F.nll_loss(ddp(X[i:i + B]), y[i:i + B]).backward()
-            opt.step()
+            train_step(ddp, opt, X[i:i + B], y[i:i + B])
         return running_stats(model)
 
     local_spread = spread(train(fresh(args.seed, dev)))

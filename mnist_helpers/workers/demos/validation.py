@@ -20,14 +20,13 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.distributed import all_reduce_sum, evaluate_exact
-from mnist_helpers.models import FastNet
-from mnist_helpers.train import evaluate
+from mnist_helpers.models import build_model
+from mnist_helpers.train import evaluate, train_step
 
 EVAL_BATCH = 1000
 
@@ -57,13 +56,11 @@ def run(ctx, args) -> dict:
     X_train, y_train, X_test, y_test = load_mnist(args.data_root, device=dev,
                                                   subset=(64 * ctx.world_size * args.train_steps, 10_000))
     torch.manual_seed(args.seed)
-    model = FastNet(width=8).to(dev)  # small: the lesson is in the counting and the waiting
+    model = build_model("fastnet", width=8).to(dev)  # small: the lesson is in the counting and the waiting
     ddp = DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     for Xb, yb in TensorBatches(X_train, y_train, 64, seed=args.seed, rank=ctx.rank, world_size=ctx.world_size):
-        opt.zero_grad(set_to_none=True)
-        F.nll_loss(ddp(Xb), yb).backward()
-        opt.step()
+        train_step(ddp, opt, Xb, yb)
 
     # FastNet has BatchNorm: after the last step each rank's running statistics came from its own batch
     # (see syncbn.py). Give every rank rank 0's, so that all three methods score the same model.

@@ -40,9 +40,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.distributed import (cleanup, evaluate_exact, gather_objects, init_distributed,
                                        params_digest)
+from mnist_helpers.io import atomic_save, write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, epoch_line, train_one_epoch
-from mnist_helpers.io import atomic_save, write_json
 from mnist_helpers.workers.progression.ddp_train import Trainer, load_train_objs, prepare_batches
 
 
