@@ -60,6 +60,13 @@ def _formatter(fmt: Format) -> Callable[[object], str]:
     return apply
 
 
+def _plain(v) -> str:
+    """A column without a format: floats short (pandas would print six decimals), the rest as text."""
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.4g}"
+    return str(v)
+
+
 def show(rows, columns: list[str] | None = None, *, formats: Mapping[str, Format] | None = None,
          rename: Mapping[str, str] | None = None, caption: str | None = None) -> None:
     """Display ``rows`` as a table: styled in a notebook, plain text elsewhere.
@@ -67,6 +74,8 @@ def show(rows, columns: list[str] | None = None, *, formats: Mapping[str, Format
     ``formats`` maps a column (after ``rename``) to a format string (``"{:.1%}"``) or a function."""
     df = table(rows, columns, rename=rename)
     fmts = {c: _formatter(f) for c, f in (formats or {}).items() if c in df.columns}
+    for c in df.columns:
+        fmts.setdefault(c, _formatter(_plain))
     if _in_notebook():
         from IPython.display import display
 

@@ -141,20 +141,3 @@ def test_torchvision_does_not_verify_but_we_do(mnist_root, tmp_path):
     assert MNIST(str(root), train=False)[0][1] == 8  # no error: the wrong label goes into training
     with pytest.raises(DataError, match="t10k-labels-idx1-ubyte is corrupt"):
         verify_mnist(root)
-
-
-def test_write_json_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
-    import json
-
-    from mnist_helpers import data
-    out = data.write_json(tmp_path / "new" / "r.json", {"acc": 0.99, "path": tmp_path})
-    assert json.loads(out.read_text()) == {"acc": 0.99, "path": str(tmp_path)}  # folder made, Paths as text
-
-    def crash(*a, **k):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(data.os, "replace", crash)
-    with pytest.raises(OSError, match="disk full"):
-        data.write_json(out, {"acc": 0.5})
-    assert json.loads(out.read_text())["acc"] == 0.99          # the previous result survives a failed write
-    assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # and no temporary file is left behind

@@ -52,3 +52,26 @@ def test_max_steps_and_bf16_path(mnist_root):
     cfg = TrainConfig(model="fastnet", num_epochs=2, max_steps=5, amp="bf16", subset=2000, data_root=str(mnist_root))
     r = fit(cfg, verbose=False)
     assert sum(h["steps"] for h in r["history"]) == 5
+
+
+def test_train_step_is_one_sgd_step_and_label_smoothing_changes_the_loss():
+    """train_step = zero_grad + forward + loss + backward + step: check it against the update written out."""
+    from mnist_helpers.models import build_model
+    from mnist_helpers.train import train_step
+
+    torch.manual_seed(0)
+    X, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+    a, b = build_model("fastnet"), build_model("fastnet")
+    b.load_state_dict(a.state_dict())
+    opt_a, opt_b = torch.optim.SGD(a.parameters(), lr=0.1), torch.optim.SGD(b.parameters(), lr=0.1)
+    loss = train_step(a, opt_a, X, y)
+    opt_b.zero_grad()
+    ref = torch.nn.functional.nll_loss(b(X), y)
+    ref.backward()
+    opt_b.step()
+    assert torch.allclose(loss, ref.detach(), atol=1e-6)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.allclose(p, q, atol=1e-6)
+    smoothed = train_step(a, opt_a, X, y, label_smoothing=0.1)
+    plain = train_step(b, opt_b, X, y)
+    assert not torch.allclose(smoothed, plain)
