@@ -6,6 +6,7 @@ import types
 import pytest
 
 from mnist_helpers import resources as r
+from mnist_helpers.lessons import l01_resources as l01
 
 
 def test_machine_info_and_describe_keep_their_shape():
@@ -20,7 +21,7 @@ def test_machine_info_and_describe_keep_their_shape():
 
 
 def test_hardware_levels_are_json_ready(mnist_root):
-    info = r.hardware_info(mnist_root, measure_io=False)
+    info = l01.hardware_info(mnist_root, measure_io=False)
     json.dumps(info)
     cpu = info["cpu"]
     assert 1 <= cpu["usable_cores"] <= cpu["logical_cores"]
@@ -32,10 +33,10 @@ def test_hardware_levels_are_json_ready(mnist_root):
 def test_read_throughput_reads_what_it_says(tmp_path):
     (tmp_path / "a.bin").write_bytes(b"x" * 3_000_000)
     (tmp_path / "b.bin").write_bytes(b"y" * 1_000_000)
-    res = r.read_throughput(tmp_path, repeats=1)
+    res = l01.read_throughput(tmp_path, repeats=1)
     assert res["files"] == 2 and res["megabytes"] == pytest.approx(4.0)
     assert res["cold_mb_per_s"] > 0 and res["warm_mb_per_s"] > 0
-    capped = r.read_throughput(tmp_path, max_bytes=1_500_000, repeats=1)
+    capped = l01.read_throughput(tmp_path, max_bytes=1_500_000, repeats=1)
     assert capped["files"] == 1 and capped["megabytes"] == pytest.approx(1.5)
 
 
@@ -43,17 +44,17 @@ def test_read_throughput_reads_what_it_says(tmp_path):
 def test_read_throughput_rejects_bad_input(tmp_path, kwargs, match):
     (tmp_path / "a").write_bytes(b"1")
     with pytest.raises(ValueError, match=match):
-        r.read_throughput(tmp_path, **kwargs)
+        l01.read_throughput(tmp_path, **kwargs)
     with pytest.raises(ValueError, match="does not exist"):
-        r.read_throughput(tmp_path / "nope")
+        l01.read_throughput(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="holds no data"):
-        r.read_throughput(tmp_path / "empty")
+        l01.read_throughput(tmp_path / "empty")
 
 
 def test_framework_info_names_the_knobs():
     import torch
-    info = r.framework_info()
+    info = l01.framework_info()
     assert info["intra_op_threads"] == torch.get_num_threads()
     assert info["torch"] == torch.__version__
     assert "PYTORCH_CUDA_ALLOC_CONF" in info and "float32_matmul_precision" in info
@@ -61,21 +62,21 @@ def test_framework_info_names_the_knobs():
 
 
 def test_shell_equivalents_run_or_say_absent(monkeypatch):
-    res = r.shell_equivalent("lscpu")
+    res = l01.shell_equivalent("lscpu")
     assert res["command"] == "lscpu" and res["output"]
-    monkeypatch.setattr(r.shutil, "which", lambda name: None)
-    absent = r.shell_equivalent("nvidia-smi")
+    monkeypatch.setattr(l01.shutil, "which", lambda name: None)
+    absent = l01.shell_equivalent("nvidia-smi")
     assert absent["present"] is False and "not installed here" in absent["output"]
     with pytest.raises(ValueError, match="unknown command"):
-        r.shell_equivalent("rm -rf /")
+        l01.shell_equivalent("rm -rf /")
 
 
 def test_nvml_absent_or_failing_is_reported_not_raised(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails
-    assert r.nvml_info() == {"available": False, "reason": "pynvml is not installed (pip install nvidia-ml-py)"}
+    assert l01.nvml_info() == {"available": False, "reason": "pynvml is not installed (pip install nvidia-ml-py)"}
     broken = types.SimpleNamespace(nvmlInit=lambda: (_ for _ in ()).throw(RuntimeError("Driver Not Loaded")))
     monkeypatch.setitem(sys.modules, "pynvml", broken)
-    res = r.nvml_info()
+    res = l01.nvml_info()
     assert res["available"] is False and "Driver Not Loaded" in res["reason"]
 
 
@@ -90,7 +91,7 @@ def test_nvml_reads_a_fake_gpu(monkeypatch):
         nvmlDeviceGetTemperature=lambda h, sensor: 55,
         nvmlDeviceGetPowerUsage=lambda h: (_ for _ in ()).throw(RuntimeError("not supported")))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    res = r.nvml_info()
+    res = l01.nvml_info()
     assert res["driver"] == "550.54" and calls == ["init", "shutdown"]
     gpu = res["gpus"][0]
     assert gpu["memory_total_gib"] == 8 and gpu["memory_used_gib"] == 1 and gpu["utilization_gpu_pct"] == 37
