@@ -31,7 +31,8 @@ def table(rows, columns: list[str] | None = None, *, rename: Mapping[str, str] |
         df = df.reindex(columns=list(columns))
     if rename:
         df = df.rename(columns=dict(rename))
-    return df
+    # a column that is None in every row prints "None" (formatters skip it): make it a float column of NaN
+    return df.apply(lambda c: c.astype(float) if c.dtype == object and len(c) and c.isna().all() else c)
 
 
 def _cell(v):

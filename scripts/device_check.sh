@@ -119,7 +119,7 @@ def machine():
 
 def speedrun_chain():
     from mnist_helpers.lessons import l10_speedrun as speedrun
-    from mnist_helpers.models import flops_per_image
+    from mnist_helpers.models import build_model, flops_per_image
     errors, runs, skipped = [], [], {}
     kw = dict(device=DEV, subset=2048, test_subset=1000, num_epochs=0.5) if DRY else dict(device=DEV)
     for recipe in speedrun.chain(DEV):
@@ -133,7 +133,7 @@ def speedrun_chain():
         run = guarded(recipe.name, lambda: speedrun.time_to_accuracy(recipe, (0.99, 0.995), seed=0, **{**kw, **extra}),
                       errors)
         if run:
-            run["flops_per_train_image"] = 3 * flops_per_image(speedrun.build(recipe.model, recipe.width))
+            run["flops_per_train_image"] = 3 * flops_per_image(build_model(recipe.model, recipe.width))
             run["recipe_def"] = recipe.to_dict()
             runs.append(run)
             print("  " + speedrun.run_line(run), flush=True)
@@ -219,7 +219,8 @@ def allocator():
         payload["skipped_memory_module"] = str(e)
     if memory is not None and not DRY:
         payload["fragmentation"] = guarded("allocator_fragmentation", memory.allocator_fragmentation, errors)
-        payload["fragmentation_expandable"] = guarded("expandable_segments", lambda: memory.run_isolated(
+        from mnist_helpers.memory import run_isolated
+        payload["fragmentation_expandable"] = guarded("expandable_segments", lambda: run_isolated(
             "mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
             env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=120), errors)
         payload["empty_cache_cost"] = guarded("empty_cache_cost", memory.empty_cache_cost, errors)

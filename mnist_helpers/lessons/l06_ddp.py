@@ -19,9 +19,9 @@ workers live in the package, and notebooks start them with torchrun through ``mn
 the default ``init_method="env://"`` reads four environment variables: ``RANK`` and ``WORLD_SIZE`` (who am
 I, how many are we) and ``MASTER_ADDR`` and ``MASTER_PORT`` (where rank 0 hosts the rendezvous store).
 ``mp.spawn`` code sets them itself (the article's ``setup()``); torchrun sets them for every process (its
-rendezvous picks the port). :func:`init_requirements` runs ``python -m mnist_helpers.lessons.l06_ddp`` in a
-fresh process (a process group is made once per process), which adds the variables one at a time with
-gloo and records each error, then asks for NCCL (GPUs only), and returns the JSON it prints.
+rendezvous picks the port). :func:`init_requirements` runs this module as a script in a fresh process (a
+process group is made once per process), which adds the variables one at a time with gloo and records
+each error, then asks for NCCL (GPUs only), and returns the JSON it prints.
 
     from mnist_helpers.lessons.l06_ddp import init_requirements, spawn_like_a_notebook
     spawn_like_a_notebook()["child_error"]   # AttributeError: Can't get attribute 'train' on <module '__main__' ...

@@ -584,7 +584,8 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
         row = {"recipe": r["recipe"], "runs": r["runs"]}
         for k in _target_keys(rows):
             label = f"{float(k):.1%}"
-            row[f"to {label} s"], row[f"to {label} sd"] = r[f"t{k}_mean"], r[f"t{k}_sd"]
+            for col, v in ((f"to {label} s", r[f"t{k}_mean"]), (f"to {label} sd", r[f"t{k}_sd"])):
+                row[col] = math.nan if v is None else v  # not reached in any run: NaN, so the column stays numeric
             row[f"reached {label}"] = f"{r[f't{k}_reached']}/{r['runs']}"
         row.update({"final acc": r["acc_mean"], "acc sd": r["acc_sd"], "img/s": r["images_per_s"],
                     "setup s": r["setup_s"]})

@@ -157,7 +157,8 @@ def bench_ddp(model_name: str, batch_size: int, variants, steps: int, repeats: i
 
 @record
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bench.allreduce", description=__doc__,
+    module = "mnist_helpers.workers.bench.allreduce"  # usage: python -m <module> {allreduce,ddp} ...
+    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="mode", required=True)
     a = sub.add_parser("allreduce", help="latency and bus bandwidth of dist.all_reduce")
