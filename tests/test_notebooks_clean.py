@@ -32,6 +32,7 @@ def test_notebook_is_stripped_and_well_formed(path):
 
 # a padded field in an f-string or .format ({name:<12}, {x:>8.1f}, {v:6.2f}) or str.ljust/rjust: a column lined up
 # by hand. Tables are DataFrames (mnist_helpers.display.show); prose may format numbers ({x:.1f}, {n:,}).
+SLICE = re.compile(r"\[[^\[\]\n]*\]")  # x[:8] inside a field is a slice, not a width
 PADDED = re.compile(r"\{[^{}\n]*:(?:[^{}\n]?[<>^=])?[+-]?#?0?[1-9]\d*[^{}\n]*\}|\.[lr]just\(")
 
 
@@ -39,7 +40,7 @@ PADDED = re.compile(r"\{[^{}\n]*:(?:[^{}\n]?[<>^=])?[+-]?#?0?[1-9]\d*[^{}\n]*\}|
 def test_no_hand_aligned_tables(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     bad = [line.strip() for c in nb["cells"] if c["cell_type"] == "code"
-           for line in "".join(c["source"]).splitlines() if PADDED.search(line)]
+           for line in "".join(c["source"]).splitlines() if PADDED.search(SLICE.sub("", line))]
     assert not bad, f"{path.name}: columns padded by hand (show a DataFrame with display.show): {bad[:5]}"
 
 
@@ -47,3 +48,5 @@ def test_the_padding_rule_catches_padding_and_spares_prose():
     assert PADDED.search('print(f"{name:<12}{v:>8.1f}")') and PADDED.search('f"{acc:6.2f}%"')
     assert not PADDED.search('print(f"{x:.1f} s, {n:,} images, {share:.0%}")')
     assert not PADDED.search('d = {"batch_size": 128, "lr": {k: 2 for k in ks}}')
+    assert not PADDED.search(SLICE.sub("", 'f"nb04-{uuid.uuid4().hex[:8]}"'))
+    assert PADDED.search(SLICE.sub("", "f\"{r['x']:>8}\""))

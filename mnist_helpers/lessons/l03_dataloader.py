@@ -410,7 +410,7 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
             module.train()(x)
             return "accepted"
         except ValueError as e:
-            return f"ValueError: {str(e)[:60]}"
+            return "ValueError: " + str(e)[:60]
 
     # BatchNorm2d also averages over the 26x26 positions, so one image still gives many values per channel;
     # BatchNorm1d after a linear layer has exactly one value per feature and refuses.
