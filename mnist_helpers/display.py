@@ -87,5 +87,9 @@ def show(rows, columns: list[str] | None = None, *, formats: Mapping[str, Format
         return
     if caption:
         print(caption)
+    for c in df.columns:  # a terminal right-aligns text; prose columns read better left-aligned
+        if c not in (formats or {}) and (df[c].dtype == object or pd.api.types.is_string_dtype(df[c])) and len(df):
+            width = int(df[c].map(lambda v: len(_plain(v))).max())
+            fmts[c] = (lambda w: lambda v: _formatter(_plain)(v).ljust(w))(width)
     print(df.to_string(index=False, formatters=fmts, na_rep="n/a") if len(df) else "(no rows)")
 

@@ -14,7 +14,7 @@ raises :class:`LaunchError` with the failing rank and its exception, stops every
 or interrupt, and returns the JSON that rank 0 wrote to ``--out``::
 
     from mnist_helpers.launch import torchrun
-    result = torchrun("mnist_helpers.workers.progression.ddp_train", ["--num_epochs", "1"], nproc=2)
+    result = torchrun("mnist_helpers.workers.progression.ddp_train", ["--epochs", "1"], nproc=2)
 """
 from __future__ import annotations
 

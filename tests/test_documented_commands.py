@@ -9,8 +9,10 @@ this test without training anything. torchrun's own options go through torchrun'
 """
 from __future__ import annotations
 
+import ast
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 COMMAND = re.compile(r"(?:^|[\s`'\"$!(])((?:python3?|torchrun)\s[^`'\"\n]*?-m\s+mnist_helpers[\w.]*[^`'\"\n]*)")
 # placeholders a reader replaces; they parse as the strings or numbers below
 PLACEHOLDERS = {"{root}": "data", "NODE0": "localhost", "HOST:": "localhost:", "$NODE_RANK": "0", "${NODE_RANK}": "0"}
+# torchrun("mnist_helpers.workers...", ["--epochs", "1"], ...) in a docstring or a notebook: a launch from Python
+LAUNCH = re.compile(r"torchrun\(\s*[\"'](mnist_helpers[\w.]+)[\"']\s*,\s*\[([^\]]*)\]")
 UNCHECKABLE = ("...", "<", "[", "module:fu", "package.module")  # elisions and argument templates
 
 
@@ -47,6 +51,14 @@ def documented_commands() -> list[tuple[str, str]]:
                 for k, v in PLACEHOLDERS.items():
                     cmd = cmd.replace(k, v)
                 found.setdefault(cmd, str(path.relative_to(REPO)))
+        for m in LAUNCH.finditer(text):
+            try:
+                args = ast.literal_eval("[" + m.group(2) + "]")
+            except (ValueError, SyntaxError):
+                continue  # built from variables: the notebook's own run checks it
+            if not all(isinstance(a, (str, int, float)) for a in args):
+                continue  # [...] elides the arguments
+            found.setdefault(shlex.join(["python", "-m", m.group(1), *map(str, args)]), str(path.relative_to(REPO)))
     return sorted((cmd, where) for cmd, where in found.items())
 
 

@@ -1,7 +1,6 @@
 """Lesson 05: mixed precision, gradient accumulation and memory, measured (05_mixed_precision_and_memory).
 
-Serves notebook 05 and ``scripts/bench_amp.py``; lesson 08 runs ``leak_demo`` again in a fresh
-process. Every training step here is ``train.train_step`` (through ``train_one_epoch``); the notebook
+Serves notebook 05 and ``scripts/bench_amp.py``. Every training step here is ``train.train_step`` (through ``train_one_epoch``); the notebook
 writes the autocast + GradScaler step out once, which is the lesson; memory is measured with the core
 ``mnist_helpers.memory`` (``peak_memory``, ``run_isolated``). Functions return rows (a list of dicts) or
 a dict; the notebook shows them with ``display.show``.
@@ -287,8 +286,7 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
     ``torch.no_grad()``: then each kept graph still holds its saved activations.
     On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there. Called by name,
-    ``"mnist_helpers.lessons.l05_precision_memory:leak_demo"``, from notebook 05, lesson 08
-    (``l08_troubleshooting``) and tests/test_memory.py: keep its keyword arguments and JSON-able result.
+    ``"mnist_helpers.lessons.l05_precision_memory:leak_demo"``, from notebook 05 and tests/test_memory.py: keep its keyword arguments and JSON-able result.
     """
     if accumulate not in ("tensor", "item"):
         raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
