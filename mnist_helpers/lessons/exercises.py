@@ -577,7 +577,7 @@ EXERCISES: list[Exercise] = [
     _ex("08-1", "Address already in use",
         "Your torchrun job fails with `Address already in use` on port 29500. Get a port that is free right now with "
         "`mnist_helpers.launch.free_port()`; the check binds it to prove it.",
-        "check_free_port", "from mnist_helpers.launch import free_port\n\nanswer = ...  # a free port",
+        "check_free_port", "from mnist_helpers.ports import free_port\n\nanswer = ...  # a free port",
         "from mnist_helpers.ports import free_port\n\nanswer = free_port()"),
     _ex("08-2", "A running total without the graph",
         "Fix the loop so that `total` holds the sum of the losses **without** keeping every step's autograd graph "
