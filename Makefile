@@ -16,6 +16,12 @@ NB_TOTAL    ?= 1800
 # `make full NB=10`: notebook(s) matching notebooks/NB*.ipynb in the full profile, outputs kept in the file
 NB          ?= [0-9]
 STAMP       := $(VENV)/.installed
+# `make lab LAB_ARGS="--ip=0.0.0.0 --no-browser"`: extra flags for jupyter lab (a container, a remote machine,
+# --port=N). As root (a container, a fresh cloud machine) lab adds --allow-root, which jupyter demands there.
+LAB_ARGS    ?=
+# the folder JupyterLab opens (the widget test points it at a scratch folder)
+LAB_DIR     ?= notebooks
+LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test unit notebooks browser full data install clean distclean strip exercises
 
@@ -36,7 +42,8 @@ data: install
 	$(PY) -m mnist_helpers.data --root $(DATA_ROOT)
 
 lab: data
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks
+	$(if $(LAB_ROOT),@echo "make lab: you are root (uid 0) so JupyterLab gets --allow-root")
+	$(VENV)/bin/jupyter lab --notebook-dir=$(LAB_DIR) $(LAB_ROOT) $(LAB_ARGS)
 
 # Debian's Chromium for tests/browser (does nothing when present; the browser test skips where it cannot install)
 browser:

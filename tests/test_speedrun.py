@@ -28,10 +28,67 @@ def test_chain_is_one_change_per_step_with_levels():
     assert speedrun.skip_reason(speedrun.get_recipe("graphs"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("device"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("compile"), "cpu") is None
-    fast = speedrun.fastest("cpu")  # the last step that runs on a CPU, renamed
-    assert fast.name == "fast" and fast.compile and fast.amp == "bf16" and not fast.cuda_graphs
-    assert fast.replace(name="compile", change="") == speedrun.get_recipe("compile").replace(change="")
-    assert speedrun.fastest("cuda").cuda_graphs and speedrun.get_recipe("fast", "cuda").name == "fast"
+    compiled_bf16 = {"amp": "bf16", "channels_last": True, "compile": True}
+    fast = speedrun.fastest("cpu", compiled_bf16, log=None)  # the ladder's SpeedNet with the chosen settings
+    assert fast.name == "fast" and not fast.cuda_graphs
+    assert fast.replace(name="compile", change="", levels=("framework",)) == \
+        speedrun.get_recipe("compile").replace(change="")
+    assert speedrun.fastest("cuda", compiled_bf16, log=None).cuda_graphs
+    assert speedrun.get_recipe("fast", "cuda", compiled_bf16).name == "fast"
+
+
+def test_fast_recipe_unmeasured_is_the_plainest(monkeypatch, tmp_path):
+    monkeypatch.setenv("MNIST_RESULTS_DIR", str(tmp_path))  # no cached choice
+    lines = []
+    fast = speedrun.fastest("cpu", log=lines.append)
+    assert (fast.amp, fast.channels_last, fast.compile) == ("none", False, False) and fast.model == "speednet"
+    assert len(lines) == 1 and "not measured" in lines[0]
+    with pytest.raises(ValueError, match="choice takes amp, channels_last, compile"):
+        speedrun.fastest("cpu", {"amp": "bf16", "threads": 2})
+
+
+def _row(amp, cl, comp, rate, iqr=0.0):
+    return {"amp": amp, "channels_last": cl, "compile": comp, "images_per_s": rate, "iqr_images_per_s": iqr,
+            "setting": speedrun.settings_label({"amp": amp, "channels_last": cl, "compile": comp}), "blocks": 5}
+
+
+def test_pick_setting_keeps_a_change_only_when_it_measurably_pays():
+    """Synthetic measurements: the logic is what is tested, not this machine's numbers."""
+    plain = _row("none", False, False, 1000, 50)
+    # an AMX-like machine: compiled bf16 clearly fastest
+    best, why = speedrun.pick_setting([plain, _row("bf16", True, False, 700, 50), _row("bf16", True, True, 1420, 60)])
+    assert (best["amp"], best["compile"]) == ("bf16", True) and "1.42x float32 eager" in why
+    # an AVX2-like machine: bf16 is far slower, float32 stays
+    best, why = speedrun.pick_setting([plain, _row("bf16", True, False, 110, 5), _row("bf16", True, True, 160, 9)])
+    assert best is plain and "1,000 img/s" in why
+    # 3% faster is inside the margin; 20% faster but inside a huge spread is not evidence either
+    assert speedrun.pick_setting([plain, _row("none", True, False, 1030, 10)])[0] is plain
+    best, why = speedrun.pick_setting([plain, _row("none", False, True, 1200, 400)])
+    assert best is plain and "simpler setting is kept" in why
+    # compile on top of channels_last: each step must beat the current choice
+    cl = _row("none", True, False, 1300, 20)
+    assert speedrun.pick_setting([plain, cl, _row("none", True, True, 1310, 20)])[0] is cl
+    with pytest.raises(ValueError):
+        speedrun.pick_setting([])
+
+
+def test_choose_settings_measures_caches_and_reports(monkeypatch, tmp_path):
+    monkeypatch.setenv("MNIST_RESULTS_DIR", str(tmp_path))
+    cands = [{"amp": "none", "channels_last": False, "compile": False},
+             {"amp": "bf16", "channels_last": True, "compile": False},
+             {"amp": "fp8", "channels_last": False, "compile": False}]  # fails: recorded, never chosen
+    lines = []
+    res = speedrun.choose_settings("cpu", cands, block_s=0.01, blocks=2, log=lines.append)
+    rows = {r["setting"]: r for r in res["rows"]}
+    assert rows["fp8, eager"]["status"] == "failed" and "amp must be one of" in rows["fp8, eager"]["error"]
+    assert all(rows[k]["images_per_s"] > 0 and rows[k]["blocks"] == 2 for k in ("float32, eager",
+                                                                                 "bf16 + channels_last, eager"))
+    assert res["choice"] in cands[:2] and sum(r["chosen"] for r in res["rows"]) == 1
+    assert len(lines) == 1 and lines[0].startswith("fast recipe on cpu: ")
+    assert speedrun.cached_choice("cpu")["choice"] == res["choice"]  # stored under this machine's key
+    cached = speedrun.fastest("cpu", log=lines.append)
+    assert {k: getattr(cached, k) for k in speedrun.SETTINGS} == res["choice"] and "cached" in lines[-1]
+    assert list(speedrun.choice_table(res)["setting"])[-1] == "fp8, eager"  # failed rows last
 
 
 @pytest.mark.parametrize("name", ["article", "onecycle", "bf16", "fast"])

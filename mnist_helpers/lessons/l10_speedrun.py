@@ -162,27 +162,58 @@ def chain(device: str | torch.device = "cpu") -> list[Recipe]:
     return steps
 
 
-def fastest(device: str | torch.device = "cpu") -> Recipe:
-    """Our fastest recipe for the device, named ``fast``: the last step of the ladder that runs there. On a GPU
-    that is ``graphs``; on a CPU ``compile`` (SpeedNet + OneCycle + channels_last + bf16 autocast + torch.compile).
+def fastest(device: str | torch.device = "cpu", choice: dict | None = None, *, measure: bool = False,
+            log: Callable[[str], None] | None = print) -> Recipe:
+    """Our fastest recipe for the device, named ``fast``: the ladder's SpeedNet recipe with the precision, memory
+    format and compilation that *this machine* trains fastest with (on a GPU, replayed as a CUDA graph).
 
-    Measured side by side on the lab's 2-core Xeon (AMX, idle, 2026-12-02): compiled, bf16 + channels_last trained
-    SpeedNet at 1.42x the images/s of float32 (10,131 vs 7,123 img/s, medians of 5 interleaved blocks); *eager*,
-    bf16 was slower than float32 (0.67x in notebook 10's run), so on a CPU bf16 pays only together with compile.
-    Re-measure on yours: notebook 10 runs every step."""
-    runnable = [r for r in chain(device) if not skip_reason(r, device)]
-    last = runnable[-1]
-    return last.replace(name="fast", change=f"our fastest here: the ladder up to `{last.name}` ({last.change})")
+    Which of those pays depends on the CPU, so it is measured, not assumed: on the lab's 2-core Xeon with AMX,
+    compiled bf16 + channels_last trained SpeedNet at 1.42x the images/s of float32, while on a 2-core AMD EPYC with
+    AVX2 only (no native bf16) the same bf16 recipe was 6.2x *slower* to 99.0% than its float32 twin.
+
+    ``choice``: settings from :func:`choose_settings` (``{"amp", "channels_last", "compile"}``); when None, this
+    machine's cached choice (``results/choices.json``), else a fresh measurement if ``measure`` (about 30-60 s on a
+    2-core CPU, the compilations included), else float32 eager, said to be unmeasured. ``log`` prints
+    the one line that says which and why (None: silent)."""
+    device = select_device(device) if isinstance(device, str) and device == "auto" else torch.device(device)
+    base = [r for r in chain(device) if r.name == "smallnet"][0]
+    why = None
+    if choice is None:
+        cached = cached_choice(device)
+        if cached is not None:
+            choice, why = cached["choice"], f"{cached['why']} (measured {cached['date_utc'][:10]}, cached)"
+        elif measure:
+            res = choose_settings(device, log=None)
+            choice, why = res["choice"], res["why"]
+    if choice is None:  # nothing measured: the plainest setting, which no CPU runs slower than its own twin
+        choice = {"amp": "none", "channels_last": False, "compile": False}
+        why = ("not measured on this machine, so the plainest setting; speedrun.choose_settings() (or "
+               "fastest(measure=True)) chooses by measurement")
+    unknown = set(choice) - set(SETTINGS)
+    if unknown:
+        raise ValueError(f"choice takes {', '.join(SETTINGS)}; got {sorted(unknown)}")
+    picked = base.replace(**{k: choice[k] for k in SETTINGS if k in choice})
+    if _simplicity({k: getattr(picked, k) for k in SETTINGS}):
+        picked = picked.replace(levels=("task", "framework"))
+    if device.type == "cuda":
+        picked = picked.replace(data="device", drop_last=True, cuda_graphs=True)
+    label = settings_label(picked)
+    if log and why:
+        log(f"fast recipe on {device.type}: {label}; {why}")
+    return picked.replace(name="fast", change=f"our fastest here: SpeedNet recipe with {label} "
+                          f"({why or 'chosen by the caller'})")
 
 
-def recipes(device: str | torch.device = "cpu") -> dict[str, Recipe]:
+def recipes(device: str | torch.device = "cpu", choice: dict | None = None) -> dict[str, Recipe]:
+    """The ladder's recipes by name, and ``fast`` (:func:`fastest` with ``choice``, the cached choice or the
+    ladder's last step; never a measurement, so this is instant)."""
     table = {r.name: r for r in chain(device)}
-    table["fast"] = fastest(device)
+    table["fast"] = fastest(device, choice, log=None)
     return table
 
 
-def get_recipe(name: str, device: str | torch.device = "cpu") -> Recipe:
-    table = recipes(device)
+def get_recipe(name: str, device: str | torch.device = "cpu", choice: dict | None = None) -> Recipe:
+    table = recipes(device, choice)
     if name not in table:
         raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(table)}")
     return table[name]
@@ -196,6 +227,207 @@ def skip_reason(recipe: Recipe, device: torch.device | str) -> str | None:
     if recipe.data == "device" and device.type == "cpu" and recipe.name == "device":
         return "on a CPU the data already lives in device memory: identical to `tensors`"
     return None
+
+
+# --------------------------------------------------------------------------- choosing per machine
+
+SETTINGS = ("amp", "channels_last", "compile")
+
+
+def settings_label(r) -> str:
+    """'bf16 + channels_last, compiled' for a Recipe or a settings dict."""
+    get = (lambda k: r[k]) if isinstance(r, dict) else (lambda k: getattr(r, k))
+    parts = ["float32" if get("amp") == "none" else get("amp")] + (["channels_last"] if get("channels_last") else [])
+    return " + ".join(parts) + (", compiled" if get("compile") else ", eager")
+
+
+def candidate_settings(device: str | torch.device = "cpu", compile: bool = True) -> list[dict]:
+    """The settings :func:`choose_settings` measures: float32 and bf16 autocast, each with the default memory format
+    and with channels_last, eager and (if ``compile`` and a C++ compiler is here) compiled; fp16 on a CUDA GPU.
+    float32 eager, the plainest, comes first: the others must beat it to be chosen."""
+    device = torch.device(device)
+    amps = ["none", "bf16"] + (["fp16"] if device.type == "cuda" else [])
+    compiles = [False] + ([True] if compile and (device.type == "cuda" or shutil.which("g++")
+                                                  or shutil.which("c++") or shutil.which("clang++")) else [])
+    return [{"amp": a, "channels_last": cl, "compile": c} for c in compiles for a in amps for cl in (False, True)]
+
+
+def _simplicity(settings: dict) -> int:
+    return (settings["amp"] != "none") + bool(settings["channels_last"]) + bool(settings["compile"])
+
+
+def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] | None = None, *,
+                    block_s: float = 0.3, blocks: int = 5, margin: float = 0.05, cache: bool = True,
+                    log: Callable[[str], None] | None = print) -> dict:
+    """Measure the fast recipe's training step under each of ``candidates`` (default :func:`candidate_settings`) on
+    this machine and choose the fastest; say why in one line.
+
+    Every candidate gets its own model (same initial weights) and warm-up (compilation included, reported as
+    ``setup_s``, not counted); then ``blocks`` rounds, each timing about ``block_s`` seconds of steps of every
+    candidate in turn (interleaved, so a change of machine load hits all alike). Throughput is the median over blocks, with the
+    inter-quartile range as spread. A candidate with more changes than the plainest one (float32, eager) is chosen
+    only when its median beats every simpler one's by more than ``margin`` (5%) *and* by more than both spreads:
+    a change that does not measurably pay is left out. A candidate that fails (no bf16 kernels, no compiler) is a
+    row with its error, never the choice.
+
+    Returns ``{"choice": {amp, channels_last, compile}, "why": str, "rows": [...], "machine_key", "date_utc"}``
+    and, if ``cache``, stores it in ``results/choices.json`` under this machine's key (CPU model, ISA, torch
+    version, threads) so that :func:`fastest` reuses it.
+    """
+    import datetime
+
+    device = select_device(device) if isinstance(device, str) and device == "auto" else torch.device(device)
+    candidates = candidates or candidate_settings(device)
+    if not isinstance(blocks, int) or blocks < 1 or not (isinstance(block_s, (int, float)) and block_s > 0):
+        raise ValueError(f"blocks must be a positive integer and block_s a positive number of seconds, "
+                         f"got {blocks!r} and {block_s!r}")
+    base = [r for r in chain(device) if r.name == "smallnet"][0]
+    X = torch.randn(base.batch_size, 1, 28, 28, device=device)
+    y = torch.randint(0, 10, (base.batch_size,), device=device)
+    runners, rows = [], []
+    for settings in candidates:
+        row = {**settings, "setting": settings_label(settings), "status": "measured", "error": None}
+        rows.append(row)
+        try:
+            r = base.replace(**settings)
+            seed_everything(0)
+            model = build_model(r.model, r.width).to(device)
+            if r.channels_last:
+                model = model.to(memory_format=torch.channels_last)
+            opt = _make_optimizer(r, model)
+            forward = torch.compile(model) if r.compile else model
+            Xc = X.contiguous(memory_format=torch.channels_last) if r.channels_last else X
+
+            def one(forward=forward, opt=opt, Xc=Xc, r=r):
+                train_step(forward, opt, Xc, y, amp=r.amp, label_smoothing=r.label_smoothing)
+            t0 = time.perf_counter()
+            for _ in range(3):
+                one()
+            _sync(device)
+            row["setup_s"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            one()
+            _sync(device)
+            row["steps_per_block"] = max(1, math.ceil(block_s / max(time.perf_counter() - t0, 1e-6)))
+            runners.append((row, one, []))
+        except Exception as e:  # a setting this machine cannot run is a result, not a crash
+            row.update(status="failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    for _ in range(blocks):
+        for row, one, rates in runners:
+            try:
+                _sync(device)
+                t0 = time.perf_counter()
+                for _ in range(row["steps_per_block"]):
+                    one()
+                _sync(device)
+                rates.append(row["steps_per_block"] * len(y) / (time.perf_counter() - t0))
+            except Exception as e:
+                row.update(status="failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+    for row, _, rates in runners:
+        if row["status"] == "measured" and rates:
+            q = statistics.quantiles(rates, n=4) if len(rates) > 1 else [rates[0]] * 3
+            row.update(images_per_s=statistics.median(rates), iqr_images_per_s=q[2] - q[0], blocks=len(rates))
+    ok = [r for r in rows if r["status"] == "measured" and r.get("images_per_s")]
+    if not ok:
+        raise RuntimeError("no candidate setting ran on this machine: " +
+                           "; ".join(f"{r['setting']}: {r['error']}" for r in rows))
+    choice, why = pick_setting(ok, margin)
+    plain = next((r for r in ok if _simplicity(r) == 0), None)
+    for r in rows:
+        r["vs_float32_eager"] = (r["images_per_s"] / plain["images_per_s"]) if plain and r.get("images_per_s") else None
+        r["chosen"] = r is choice
+    result = {"choice": {k: choice[k] for k in SETTINGS}, "why": why, "rows": rows,
+              "machine_key": machine_key(device),
+              "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "block_s": block_s, "blocks": blocks, "batch_size": base.batch_size, "margin": margin}
+    if cache:
+        _store_choice(result)
+    if log:
+        log(f"fast recipe on {device.type}: {settings_label(choice)}; {why}")
+    return result
+
+
+def pick_setting(rows: list[dict], margin: float = 0.05) -> tuple[dict, str]:
+    """The chosen row among measured ``rows`` (``images_per_s``, ``iqr_images_per_s``, the settings) and why.
+
+    Walk from the plainest setting up: a row with more changes replaces the current choice only if its median is
+    more than ``margin`` above it and the gap exceeds both rows' spreads (inter-quartile ranges)."""
+    if not rows:
+        raise ValueError("pick_setting needs at least one measured row")
+    order = sorted(rows, key=lambda r: (_simplicity(r), -r["images_per_s"]))
+    best = order[0]
+    for r in order[1:]:
+        gap = r["images_per_s"] - best["images_per_s"]
+        if gap > margin * best["images_per_s"] and gap > max(r.get("iqr_images_per_s", 0), best.get("iqr_images_per_s", 0)):
+            best = r
+    fastest_row = max(rows, key=lambda r: r["images_per_s"])
+    plain = next((r for r in rows if _simplicity(r) == 0), None)
+    ratio = f"{best['images_per_s'] / plain['images_per_s']:.2f}x float32 eager" if plain and best is not plain else ""
+    why = (f"{best['images_per_s']:,.0f} img/s" + (f", {ratio}" if ratio else "") +
+           f" (median of {best.get('blocks', 1)} interleaved blocks over {len(rows)} settings")
+    if fastest_row is not best:
+        why += (f"; {settings_label(fastest_row)} measured {fastest_row['images_per_s']:,.0f} img/s, within "
+                f"{margin:.0%} or the spread, so the simpler setting is kept")
+    return best, why + ")"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_key(device: str | torch.device = "cpu") -> str:
+    """What the choice depends on: device (GPU name), CPU model, the ISA torch uses, torch version, threads."""
+    import os
+
+    from mnist_helpers.resources import cpu_model
+
+    device = torch.device(device)
+    isa = torch.backends.cpu.get_cpu_capability()
+    onednn = os.environ.get("ONEDNN_MAX_CPU_ISA", "")
+    gpu = (torch.cuda.get_device_name(device) if torch.cuda.is_available() else "cuda (unavailable)") \
+        if device.type == "cuda" else device.type
+    return (f"{gpu} | {cpu_model()} | {isa}{' onednn<=' + onednn if onednn else ''} | torch {torch.__version__} | "
+            f"{torch.get_num_threads()} threads")
+
+
+def _choices_path():
+    from mnist_helpers.paths import results_dir
+    return results_dir() / "choices.json"
+
+
+def cached_choice(device: str | torch.device = "cpu") -> dict | None:
+    """This machine's stored :func:`choose_settings` result, or None."""
+    import json
+
+    try:
+        doc = json.loads(_choices_path().read_text())
+        hit = doc.get(machine_key(device))
+        return hit if isinstance(hit, dict) and isinstance(hit.get("choice"), dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _store_choice(result: dict) -> None:
+    import json
+
+    from mnist_helpers.io import write_json
+
+    path = _choices_path()
+    try:
+        doc = json.loads(path.read_text())
+        doc = doc if isinstance(doc, dict) else {}
+    except (OSError, ValueError):
+        doc = {}
+    doc[result["machine_key"]] = result
+    write_json(path, doc)
+
+
+def choice_table(result: dict) -> pd.DataFrame:
+    """:func:`choose_settings`'s rows as a DataFrame, fastest first."""
+    cols = ["setting", "images_per_s", "iqr_images_per_s", "vs_float32_eager", "setup_s", "chosen", "status", "error"]
+    rows = sorted(result["rows"], key=lambda r: -(r.get("images_per_s") or 0))
+    return table([{c: r.get(c) for c in cols} for r in rows])
 
 
 # --------------------------------------------------------------------------- timing and schedules

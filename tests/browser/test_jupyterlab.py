@@ -1,11 +1,15 @@
 """A real JupyterLab in a real browser: run 00_setup_and_data.ipynb with Run > Run All Cells (issue 11).
 
-Starts JupyterLab on 127.0.0.1 (a free port, a random token, ``--no-browser``) over a *copy* of the notebook
-(so the run never writes outputs into the committed one), with ``MNIST_PROFILE=quick`` in the server's
-environment so the kernel runs the quick profile. Headless Debian Chromium, driven by Playwright for Python,
-opens the notebook, runs all cells, waits until every code cell has an execution count and the kernel is idle,
-asserts that no cell shows a traceback, that the exercise widget (a text box and a Check button) rendered and
-answers through the kernel, and saves a screenshot to ``results/jupyterlab_00.png``.
+The server is the one a learner starts: the README's `make lab LAB_ARGS="--no-browser --port=8888"` (a free port
+in place of 8888), run by tests/lab_server.py as the user the tests run as (root in CI), over notebooks/ itself
+(issue 24). The server's environment carries ``MNIST_PROFILE=quick`` (the kernel runs the quick profile) and
+JupyterLab settings of the test's own: every cell in the DOM, no news, and autosave off, so the run never writes
+outputs into the committed notebook (checked byte for byte afterwards; restored and failed if it did). Headless
+Debian Chromium, driven by Playwright for Python, opens the notebook, runs all cells, waits until every code
+cell has an execution count and the kernel is idle, asserts that no cell shows a traceback, that the exercise
+widget (a text box and a Check button) rendered and answers through the kernel, and saves a screenshot to
+``results/jupyterlab_00.png``. The widget check runs a generated notebook in a scratch folder
+(``make lab ... LAB_DIR=...``). Stopping the server checks that no process it started is left.
 
 Chromium comes from ``scripts/install_browser.sh`` (apt-get, as root); Playwright's own browser download is
 never used. The test skips, saying why, only where /usr/bin/chromium is missing and cannot be installed.
@@ -16,16 +20,14 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import shutil
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+
+from lab_server import make_lab, readme_lab_line
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "00_setup_and_data.ipynb"
@@ -37,14 +39,12 @@ RUN_TIMEOUT_S = int(os.environ.get("MNIST_BROWSER_TIMEOUT", "900"))
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S + 300)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _settings(folder: Path) -> None:
-    """JupyterLab user settings for the test: every cell in the DOM (no windowing), no news or update checks."""
+    """JupyterLab user settings for the test: every cell in the DOM (no windowing), no news or update checks,
+    no autosave (the run must not write outputs into the notebook)."""
+    (folder / "@jupyterlab" / "docmanager-extension").mkdir(parents=True)
+    (folder / "@jupyterlab" / "docmanager-extension" / "plugin.jupyterlab-settings").write_text(
+        json.dumps({"autosave": False}))
     (folder / "@jupyterlab" / "notebook-extension").mkdir(parents=True)
     (folder / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings").write_text(
         json.dumps({"windowingMode": "none"}))
@@ -87,47 +87,42 @@ def chromium() -> str:
     return CHROMIUM
 
 
+def _lab_env(tmp_path: Path) -> dict:
+    _settings(tmp_path / "settings")
+    return {"MNIST_PROFILE": "quick", "JUPYTERLAB_SETTINGS_DIR": str(tmp_path / "settings"),
+            "JUPYTERLAB_WORKSPACES_DIR": str(tmp_path / "workspaces")}
+
+
 @pytest.fixture
 def lab(tmp_path):
-    """A JupyterLab server over a copy of notebook 00; yields (base_url, token, notebook_dir)."""
-    nb_dir = tmp_path / "notebooks"
-    nb_dir.mkdir()
-    source = Path(os.environ.get("MNIST_BROWSER_NOTEBOOKS", REPO / "notebooks"))
-    shutil.copy(source / NOTEBOOK, nb_dir / NOTEBOOK)
-    _widgets_notebook(nb_dir / WIDGETS_NOTEBOOK)
-    _settings(tmp_path / "settings")
-    port, token = _free_port(), secrets.token_hex(16)
-    env = dict(os.environ, MNIST_PROFILE="quick", JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"),
-               JUPYTERLAB_SETTINGS_DIR=str(tmp_path / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp_path / "workspaces"))
-    env.setdefault("MNIST_DATA_ROOT", str(REPO / "data"))
-    log = open(tmp_path / "jupyterlab.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={nb_dir}", "--ServerApp.port_retries=0"]
-        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        env=env, stdout=log, stderr=subprocess.STDOUT, cwd=nb_dir)
-    base = f"http://127.0.0.1:{port}"
+    """`make lab` as the README says, over notebooks/ (or $MNIST_BROWSER_NOTEBOOKS); yields (base_url, token, dir).
+
+    The committed notebook must come out byte for byte as it went in (autosave is off; nothing saves it)."""
+    folder = Path(os.environ.get("MNIST_BROWSER_NOTEBOOKS", REPO / "notebooks")).resolve()
+    notebook, checkpoints = folder / NOTEBOOK, folder / ".ipynb_checkpoints"
+    before, had_checkpoints = notebook.read_bytes(), checkpoints.exists()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("JupyterLab did not start:\n" + (tmp_path / "jupyterlab.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield base, token, nb_dir
+        with make_lab(readme_lab_line("--port=8888"), tmp_path,
+                      lab_dir=None if folder == REPO / "notebooks" else folder, env=_lab_env(tmp_path)) as server:
+            yield server.base, server.token, folder
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        if not had_checkpoints:
+            shutil.rmtree(checkpoints, ignore_errors=True)
+        changed = notebook.read_bytes() != before
+        if changed:
+            notebook.write_bytes(before)
+    if changed:
+        pytest.fail(f"running {NOTEBOOK} in JupyterLab wrote into the committed notebook (restored now)")
+
+
+@pytest.fixture
+def widgets_lab(tmp_path):
+    """`make lab` as the README says, with LAB_DIR= a scratch folder holding the widgets notebook."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _widgets_notebook(folder / WIDGETS_NOTEBOOK)
+    with make_lab(readme_lab_line("--port=8888"), tmp_path, lab_dir=folder, env=_lab_env(tmp_path)) as server:
+        yield server.base, server.token, folder
 
 
 def _progress(page) -> dict:
@@ -220,9 +215,9 @@ def test_run_all_cells_in_jupyterlab(chromium, lab):
         page.screenshot(path=str(shots / "jupyterlab_00.png"))
 
 
-def test_widget_helpers_render_in_jupyterlab(chromium, lab):
+def test_widget_helpers_render_in_jupyterlab(chromium, widgets_lab):
     """The loader sweep (03) and the experiment dashboard (09) render as live widgets and answer the kernel."""
-    base, token, _ = lab
+    base, token, _ = widgets_lab
     with _browser_page(chromium) as (sync_api, page, shots):
         _open_and_run_all(page, sync_api, base, token, WIDGETS_NOTEBOOK, shots)
         cells = page.locator(".jp-Notebook .jp-CodeCell")
