@@ -16,6 +16,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)
     live         live training curves in a notebook; is an IPython kernel running (02)
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
+    errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every
+                 command's one error boundary: one message with the fix, exit code 2 (00)
 
 Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l01_resources         01  recommended settings per machine, framework and thread sweeps
@@ -27,7 +29,8 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l08_troubleshooting   08  the article's errors reproduced and fixed, batch-size finder
     lessons/l09_profiling         09  torch.profiler breakdowns, autotune, the experience library
     lessons/l10_speedrun          10  recipes, time to accuracy
-    lessons/exercises             00-10  the closing exercises and their checkers
+    lessons/l11_beyond_dp         11  checkpointing trade-off, per-rank memory rows, the memory explorer
+    lessons/exercises             00-11  the closing exercises and their checkers
 
 Workers (run with torchrun or plain Python; each docstring has its commands):
     workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py: one process, mp.spawn,
@@ -36,7 +39,10 @@ Workers (run with torchrun or plain Python; each docstring has its commands):
                           common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation
     workers/bugs/         08's reproductions, each with its --fix: port_in_use, local_rank, spawn_main,
                           unused_param, collective_mismatch, oom
-    workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
+    workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05),
+                          device_check (the sections of scripts/device_check.sh)
+    workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
+                          pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
 worker progression's diff rule, 06).

@@ -14,7 +14,9 @@ Sources, in order (``ensure_mnist``):
       numpy arrays, rebuild the IDX files and check their md5s.
 A file lock makes concurrent callers safe. Workers never download: the launcher provisions first.
 
-Command line: ``python -m mnist_helpers.data --root DIR [--force] [--offline] [--check]``.
+Command line: ``python -m mnist_helpers.data --root DIR [--force] [--offline] [--check]``. Exit codes: 0 the
+files are ready; 1 ``--check`` found them missing or corrupt (like the doctor); 2 the command could not do
+its job (a root that cannot be created, every source failed), with the fix (``mnist_helpers.errors``).
 
 Loaders:
   ``load_mnist(root, device, subset)`` -> normalised in-memory tensors ``X_train, y_train, X_test, y_test``
@@ -45,6 +47,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from mnist_helpers.errors import UsageError, cli_entry, format_error
 from mnist_helpers.io import atomic_write
 from mnist_helpers.paths import data_root
 
@@ -70,8 +73,23 @@ HUB_PKL_SHA256 = "f11bb9e41d6c1b6c124aa38fd605497bdcfe2ee08cf7c2bb5a41ab5d759e14
 FIX = "fix: run `make data` (or `python -m mnist_helpers.data --root {root} --force`)"
 
 
-class DataError(RuntimeError):
-    """MNIST files missing, corrupt or unobtainable; the message names the file and the fix."""
+class DataError(UsageError, RuntimeError):
+    """MNIST files missing, corrupt or unobtainable; the message names the file and ends with the fix.
+    An expected error (``mnist_helpers.errors``): commands print it without a traceback and exit 2."""
+
+    def __init__(self, message: str):  # the fix is part of the message: its last line
+        RuntimeError.__init__(self, message)
+        self.problem, self.fix = message, None
+
+
+def check_root(root: str | Path | None = None) -> Path:
+    """The data root as a Path; DataError if it exists and is not a folder (a file given as --data-root)."""
+    root = Path(root or data_root()).expanduser()
+    if root.exists() and not root.is_dir():
+        raise DataError(f"the data root {root} is a file, not a folder\n"
+                        "fix: give the folder that holds (or will hold) MNIST/raw, e.g. data "
+                        "(`python -m mnist_helpers.data --root data` provisions it)")
+    return root
 
 
 def raw_dir(root: str | Path | None = None) -> Path:
@@ -106,7 +124,7 @@ _VERIFIED: dict[str, tuple[int, int]] = {}  # path -> (size, mtime_ns) already c
 
 def verify_mnist(root: str | Path | None = None) -> Path:
     """Check the four raw files; return the raw folder or raise DataError naming each bad file and the fix."""
-    rdir = raw_dir(root)
+    rdir = raw_dir(check_root(root))
     problems = []
     for name in RAW_MD5:
         path = rdir / name
@@ -114,7 +132,7 @@ def verify_mnist(root: str | Path | None = None) -> Path:
             st = path.stat()
             if _VERIFIED.get(str(path)) == (st.st_size, st.st_mtime_ns):
                 continue
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             pass
         reason = check_file(path)
         if reason:
@@ -227,10 +245,15 @@ def ensure_mnist(root: str | Path | None = None, *, offline: bool | None = None,
     force: rebuild even if valid files are present.
     Invalid files found on disk are named and replaced; if every source fails, DataError says why.
     """
-    root = Path(root or data_root()).expanduser().resolve()
+    root = check_root(root).resolve()
     offline = os.environ.get("MNIST_OFFLINE", "0") == "1" if offline is None else offline
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     rdir = raw_dir(root)
+    try:
+        (root / "MNIST").mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot create the data folder {root / 'MNIST'}: {e.strerror or e}\n"
+                        "fix: choose a folder you can write, e.g. `python -m mnist_helpers.data --root data`") from None
     with provision_lock(root):
         if not force:
             bad = [r for r in (check_file(rdir / n) for n in RAW_MD5) if r]
@@ -432,6 +455,7 @@ def time_loader(loader, *, epochs: int = 2, max_batches: int | None = None) -> d
 
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.data", description="Provision MNIST offline, verified by md5.")
     ap.add_argument("--root", default=None, help="folder that will hold MNIST/raw (default: %(default)s -> data/ in the checkout)")
@@ -439,14 +463,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--offline", action="store_true", help="skip torchvision's internet download")
     ap.add_argument("--check", action="store_true", help="only verify the files, never download")
     args = ap.parse_args(argv)
-    try:
-        if args.check:
+    if args.check:
+        try:
             rdir = verify_mnist(args.root)
-        else:
-            rdir = raw_dir(ensure_mnist(args.root, offline=args.offline or None, force=args.force))
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
+        except DataError as e:  # the check's answer, not a failure to run: exit 1, like the doctor
+            print(format_error(e), file=sys.stderr)
+            return 1
+    else:  # a DataError here reaches cli_entry: the message, exit 2
+        rdir = raw_dir(ensure_mnist(args.root, offline=args.offline or None, force=args.force))
     print(f"MNIST ok: {rdir} ({', '.join(RAW_MD5)}; md5 verified)")
     return 0
 

@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mnist_helpers.errors import ConfigError, PortInUseError
+
 
 @dataclass(frozen=True)
 class DistContext:
@@ -61,25 +63,65 @@ def choose_backend(local_world_size: int | None = None) -> str:
     return "gloo"
 
 
+def _non_cuda_accelerator() -> str | None:
+    from mnist_helpers.train import accelerator
+
+    kind = accelerator()
+    return kind if kind not in (None, "cuda") else None
+
+
 def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> DistContext:
     """Join the process group torchrun prepared (or none for a world of one) and pick this process's device."""
     rank, local_rank, world_size = env_rank()
     if backend == "auto":
         backend = choose_backend()
     if backend not in ("nccl", "gloo", "mpi"):
-        raise ValueError(f"backend must be auto, nccl, gloo or mpi; got {backend!r}")
+        raise ConfigError(f"backend must be auto, nccl, gloo or mpi; got {backend!r}")
     if backend == "nccl":
+        check_nccl(local_rank)
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
         device = torch.device("cpu")
+        other = _non_cuda_accelerator()
+        if other and rank == 0:  # Apple MPS, Intel XPU: the DDP lessons are written for NCCL on CUDA GPUs
+            print(f"distributed: gloo on the CPU; this machine's {other} accelerator is not used by the DDP "
+                  "lessons (they need CUDA GPUs for nccl)", flush=True)
     if world_size == 1 and "MASTER_ADDR" not in os.environ:
         return DistContext(rank, local_rank, world_size, None, device)
     kwargs = {"timeout": datetime.timedelta(seconds=timeout_s)} if timeout_s else {}
     if backend == "nccl":
         kwargs["device_id"] = device  # binds the communicator to this GPU early (no device guessing)
-    dist.init_process_group(backend=backend, **kwargs)
+    try:
+        dist.init_process_group(backend=backend, **kwargs)
+    except RuntimeError as e:  # DistNetworkError: the rendezvous port is taken (a previous run, another job)
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            raise port_in_use(os.environ.get("MASTER_ADDR", "?"), os.environ.get("MASTER_PORT", "?")) from e
+        raise
     return DistContext(dist.get_rank(), local_rank, dist.get_world_size(), backend, device)
+
+
+def check_nccl(local_rank: int = 0) -> None:
+    """ConfigError, with the command that works, unless this process has a CUDA GPU of its own for nccl."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus == 0:
+        raise ConfigError("--backend nccl needs one CUDA GPU per process, and this machine has none "
+                          "(torch.cuda.is_available() is False)", "use --backend gloo (or auto, which picks gloo here)")
+    if local_rank >= gpus:
+        raise ConfigError(f"--backend nccl: local rank {local_rank} has no GPU of its own ({gpus} GPU(s) on this node)",
+                          f"one process per GPU (torchrun --nproc-per-node {gpus}), or --backend gloo")
+
+
+def port_in_use(addr: str, port) -> PortInUseError:
+    """The expected error for a taken MASTER_PORT, naming who holds it (``ports.find_port_holders``)."""
+    from mnist_helpers.ports import find_port_holders
+
+    holders = find_port_holders(int(port)) if str(port).isdigit() else []
+    who = "; ".join(f"pid {h['pid']} ({h['cmdline'] or h['name'] or '?'})" for h in holders) or "another process"
+    return PortInUseError(f"MASTER_PORT {port} on {addr} is in use by {who}",
+                          "stop that process (kill PID), or let torchrun pick a free port: "
+                          "torchrun --standalone ..., or MASTER_PORT=$(python -c 'from mnist_helpers.ports import "
+                          "free_port; print(free_port())')")
 
 
 def cleanup() -> None:

@@ -9,7 +9,8 @@ them), loopback networking (a gloo process group of one on 127.0.0.1), ``GLOO_SO
 workers need), GPU visibility and count (``CUDA_VISIBLE_DEVICES``), NCCL and gloo availability,
 thread settings (``OMP_NUM_THREADS`` x processes against the cores this process may use) and the
 MNIST files (``mnist_helpers.data.verify_mnist``). Each finding is ``ok``, ``info``, ``warn`` or
-``error`` and carries the fix; the exit code is 1 when any finding is an error.
+``error`` and carries the fix; the exit code is 1 when any finding is an error, 2 when the command
+itself cannot run (a bad flag), with the fix (``mnist_helpers.errors``).
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from mnist_helpers.data import DataError, verify_mnist
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.ports import find_port_holders, free_port, port_is_free
 from mnist_helpers.resources import usable_cores
@@ -212,8 +214,9 @@ def report(findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.doctor", description=__doc__.splitlines()[0])
     ap.add_argument("--nproc", type=int, default=1, help="processes per node you plan to launch")
     ap.add_argument("--num-workers", type=int, default=4, help="DataLoader workers per process you plan to use")
     ap.add_argument("--batch-size", type=int, default=128, help="per process")

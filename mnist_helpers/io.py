@@ -4,6 +4,8 @@ One atomic writer for the whole series: ``atomic_write(path, bytes)`` (tmp file 
 fsync, rename, fsync of the folder), ``write_json(path, obj)`` for every results file and
 ``atomic_save(obj, path)`` for every ``torch.save`` snapshot. A run killed mid-write leaves the previous
 file or none, never a truncated one that the next notebook cell fails to parse.
+``check_writable(path, flag)`` is called by every command before it trains: a run never trains for an
+hour and then fails to write its results.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ import json
 import os
 import tempfile
 from pathlib import Path
+
+from mnist_helpers.errors import PathError
 
 MiB = 2**20
 
@@ -59,3 +63,32 @@ def atomic_save(obj, path) -> Path:
     buf = io.BytesIO()
     torch.save(obj, buf)
     return atomic_write(path, buf.getvalue())
+
+
+def check_writable(path, flag: str = "--out") -> Path:
+    """Raise PathError now, naming ``flag`` and the fix, if ``path`` could not be written later.
+
+    ``path`` must name a file (not a folder) whose folder exists or can be created, and a file can be
+    created in that folder (tried for real: permission bits do not stop root, ``/proc`` or a full disk
+    do). The folder is created here, as the writer would; nothing else is left behind.
+    """
+    path = Path(path).expanduser()
+    example = f"{flag} results/{path.name or 'out'}"
+    if path.is_dir():
+        raise PathError(f"{flag} {path} is a folder; it must name a file", f"name a file, e.g. {flag} {path / 'run.json'}")
+    folder = path.absolute().parent
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise PathError(f"{flag} {path} cannot be created: {existing} is a file, not a folder",
+                        f"point {flag} into a folder, e.g. {example}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix="." + path.name + ".", suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise PathError(f"{flag} {path} cannot be written: {e.strerror or e} (in {folder})",
+                        f"point {flag} at a folder you can write, e.g. {example}") from None
+    return path

@@ -102,8 +102,8 @@ def _check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
     """Resolve ``device`` and refuse (cuda) or warn (cpu) before launching more processes than fit."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
-    if device == "auto":
-        device = "cuda" if gpus else "cpu"
+    if device == "auto":  # cuda only when every process gets a GPU of its own (as distributed.py picks nccl)
+        device = "cuda" if gpus and gpus >= nproc else "cpu"
     cpu = f"  {suggest(nproc, 'cpu')}\n(on CPU the workers use gloo; device='cpu' in a notebook)"
     if device == "cuda" and gpus == 0:
         raise ValueError(f"asked for {nproc} processes on cuda, but this machine has no usable "
@@ -116,6 +116,14 @@ def _check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
         warnings.warn(f"{nproc} processes on {os.cpu_count()} CPU cores: they will compete for "
                       "cores, so timings will not reflect a real cluster", stacklevel=3)
     return device
+
+
+def _device_note(asked: str, device: str, nproc: int, gpus: int) -> str:
+    """Where the ``nproc`` processes run and why, in one line; :func:`torchrun` prints it as a shell comment
+    at the end of the command it shows (so the line stays pasteable)."""
+    where = ("cuda with nccl, one GPU per process" if device == "cuda"
+             else "the CPU with gloo" + (f" (GPUs hidden: {gpus} GPU(s) for {nproc} processes)" if gpus else ""))
+    return f"{nproc} process(es) on {where}" + (", chosen by device='auto'" if asked == "auto" else "")
 
 
 def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, str]:
@@ -147,9 +155,9 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
     if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
         return rank, exitcode, killed_by + (" (often the out-of-memory killer)"
                                             if "SIGKILL" in killed_by else "")
-    if rank is not None and lines:  # exited without a traceback (argparse error, sys.exit): its last words
-        errors = [ln for ln in lines if ": error:" in ln or ln.startswith("error:")]
-        return rank, exitcode, "\n".join(errors[-1:] or lines[-5:])
+    if rank is not None and lines:  # exited without a traceback (argparse or an expected error): its last words
+        errors = [i for i, ln in enumerate(lines) if ": error:" in ln or ln.startswith("error:")]
+        return rank, exitcode, "\n".join(lines[errors[-1]:] if errors else lines[-5:])  # the whole error block
     return rank, exitcode, "\n".join(output.splitlines()[-15:])
 
 
@@ -254,7 +262,7 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
             envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown_env(n, dev).items())
             return f"{envs} {shlex.join(build_command(module, args, n, **opts))}"
 
-        device = _check_devices(device, nproc, gpus, as_shell)
+        asked, device = device, _check_devices(device, nproc, gpus, as_shell)
         if provision:  # workers never download: fetch and verify MNIST once, here
             from mnist_helpers.data import ensure_mnist
             from mnist_helpers.paths import data_root
@@ -265,8 +273,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
         child_env = {**os.environ, **shown_env(nproc, device), "PET_LOG_DIR": tmp.name,
                      "TORCHELASTIC_ERROR_FILE": str(error_file),
                      "PYTHONUNBUFFERED": "1"}  # torchrun echoes worker lines without flushing
-        if echo:
-            print("$", as_shell(nproc, device), flush=True)
+        if echo:  # the command to paste, then where it runs (a shell comment: the line stays pasteable)
+            print("$", as_shell(nproc, device), " #", _device_note(asked, device, nproc, gpus), flush=True)
         results.unlink(missing_ok=True)  # a file left by an earlier run must not pass as this one's
         lines, status = _run(command, child_env, timeout, echo)
         _raise_on_failure(status, command, "".join(lines), error_file, timeout)
@@ -286,8 +294,13 @@ def _raise_on_failure(status, command, output: str, error_file: Path, timeout) -
     if status != 0:
         rank, code, cause = _root_cause(output, error_file)
         who = f"rank {rank}" if rank is not None else "torchrun"
-        raise LaunchError(f"{who} failed (exit code {code if code is not None else status}):\n"
-                          f"{cause}\nCommand: {shlex.join(command)}", command=command,
+        head = f"{who} failed (exit code {code if code is not None else status})"
+        if cause.startswith("error: "):  # an expected error (mnist_helpers.errors): its message comes first
+            first, _, rest = cause.partition("\n")
+            text = f"{who}: {first[len('error: '):]}\n" + (f"{rest}\n" if rest else "") + f"({head})"
+        else:
+            text = f"{head}:\n{cause}"
+        raise LaunchError(f"{text}\nCommand: {shlex.join(command)}", command=command,
                           returncode=status, rank=rank, root_cause=cause, output=output)
 
 

@@ -1,7 +1,7 @@
 """The machine a result was measured on (introduced in 00_setup_and_data).
 
 ``machine_info()`` is stored next to every result so that numbers are never quoted without their
-machine: CPU model, cores, RAM, GPUs, torch version. ``describe()`` turns it into one line.
+machine: CPU model, cores, the ISA torch uses, RAM, GPUs, torch version, load average. ``describe()`` turns it into one line.
 ``usable_cores()`` is the number of cores this process may run on (affinity, not the machine's total);
 ``cpu_flags()`` the CPU's feature flags (avx2, avx512_bf16, amx_bf16, ...).
 
@@ -41,6 +41,12 @@ def machine_info() -> dict:
         "logical_cores": os.cpu_count(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "torch_threads": torch.get_num_threads(),
+        # the ISA torch's CPU kernels use (AVX2, AVX512, ...) and what oneDNN was limited to, if anything:
+        # `make test-avx2` runs with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 on a bigger CPU
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "isa_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "asimd", "sve"}),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+        "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "cuda_available": torch.cuda.is_available(),
         "gpus": [],
     }
@@ -57,7 +63,8 @@ def describe(info: dict | None = None) -> str:
     info = info or machine_info()
     gpus = info.get("gpus") or []
     gpu = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no GPU"
-    return f"{info['cpu_model']} ({info['logical_cores']} cores), {gpu}, torch {info['torch']}"
+    limited = f", kernels limited to {info['cpu_capability']}" if info.get("onednn_max_cpu_isa") else ""
+    return f"{info['cpu_model']} ({info['logical_cores']} cores{limited}), {gpu}, torch {info['torch']}"
 
 
 # --------------------------------------------------------------------------- hardware

@@ -6,6 +6,11 @@ line flags (``--batch-size 64``), so workers and notebooks speak the same vocabu
 pieces (``build_training``, ``make_train_batches``, ``train_one_epoch``, ``evaluate``) around a
 process group, so single-device and distributed runs share one training loop.
 
+Snapshots (``save_snapshot``/``load_snapshot``) carry a format tag, a version and the settings that
+define the run; loading validates all three (``torch.load(weights_only=True)`` only) and refuses, with
+the difference named, a file that is not a snapshot of the series or one from another configuration.
+``check_run`` checks before training what a run could fail on later (data, output paths, snapshot).
+
 Conventions: ``batch_size`` is per process and per optimizer step; ``grad_accum`` splits it into that
 many micro-batches (same optimisation, less activation memory); the global batch is
 ``batch_size * world_size``.
@@ -21,6 +26,7 @@ import random
 import time
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable
 
 import numpy as np
@@ -28,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mnist_helpers.errors import ConfigError, SnapshotError
 from mnist_helpers.models import MODELS, build_model
 
 AMP_DTYPES = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -66,34 +73,34 @@ class TrainConfig:
         self.validate()
 
     def validate(self) -> "TrainConfig":
-        """Raise ValueError with a message that says what is wrong and what is allowed."""
+        """Raise ConfigError (a ValueError) with a message that says what is wrong and what is allowed."""
         def positive_int(name, allow_none=False):
             v = getattr(self, name)
             if v is None and allow_none:
                 return
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                raise ConfigError(f"{name} must be a positive integer, got {v!r}")
 
         for name in ("num_epochs", "batch_size", "test_batch_size", "grad_accum"):
             positive_int(name)
         for name in ("subset", "max_steps", "threads"):
             positive_int(name, allow_none=True)
         if self.subset is not None and self.subset > 60000:
-            raise ValueError(f"subset must be at most 60000 (the training set), got {self.subset}")
+            raise ConfigError(f"subset must be at most 60000 (the training set), got {self.subset}")
         if not isinstance(self.lr, (int, float)) or not math.isfinite(self.lr) or self.lr <= 0:
-            raise ValueError(f"lr must be a positive finite number, got {self.lr!r}")
+            raise ConfigError(f"lr must be a positive finite number, got {self.lr!r}")
         choices = {"model": tuple(MODELS), "optimizer": ("adam", "sgd"), "scheduler": ("none", "onecycle"),
                    "amp": tuple(AMP_DTYPES), "loader": ("tensor", "dataloader")}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)}; got {getattr(self, name)!r}")
         if self.batch_size % self.grad_accum:
-            raise ValueError(f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum}): "
+            raise ConfigError(f"batch_size ({self.batch_size}) must be divisible by grad_accum ({self.grad_accum}): "
                              f"each optimizer step is split into grad_accum equal micro-batches")
         if not isinstance(self.num_workers, int) or self.num_workers < 0:
-            raise ValueError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
+            raise ConfigError(f"num_workers must be an integer >= 0, got {self.num_workers!r}")
         if not (self.device in ("auto", "cpu", "cuda", "mps") or str(self.device).startswith("cuda:")):
-            raise ValueError(f"device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")
+            raise ConfigError(f"device must be auto, cpu, cuda, cuda:N or mps; got {self.device!r}")
         return self
 
     def replace(self, **changes) -> "TrainConfig":
@@ -151,15 +158,29 @@ def _optional(kind):
 
 # --------------------------------------------------------------------------- set-up
 
+def accelerator() -> str | None:
+    """The type of this machine's accelerator ("cuda", "mps", "xpu", ...) or None: asked through
+    ``torch.accelerator`` (torch >= 2.6), which knows Apple's MPS and Intel's XPU as well as CUDA."""
+    acc = getattr(torch, "accelerator", None)
+    if acc is not None and hasattr(acc, "is_available"):
+        return acc.current_accelerator().type if acc.is_available() else None
+    return "cuda" if torch.cuda.is_available() else None
+
+
 def select_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
-    """``auto``: this process's GPU (cuda:LOCAL_RANK) when CUDA works, else the CPU."""
+    """``auto``: this process's accelerator (``cuda:LOCAL_RANK``, or Apple's ``mps``, Intel's ``xpu``) when there
+    is one, else the CPU. The DDP lessons use CUDA GPUs only (NCCL); elsewhere they run on the CPU with gloo."""
     if spec == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda", local_rank % torch.cuda.device_count())
-        return torch.device("cpu")
+        kind = accelerator()
+        if kind is None:
+            return torch.device("cpu")
+        count = torch.accelerator.device_count() if hasattr(torch, "accelerator") else torch.cuda.device_count()
+        return torch.device(kind, local_rank % max(count, 1)) if kind in ("cuda", "xpu") else torch.device(kind)
     dev = torch.device(spec)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {spec!r} was asked for but CUDA is not available here; use device='cpu' or 'auto'")
+    if dev.type != "cpu" and accelerator() != dev.type:
+        raise ConfigError(f"device {spec!r} was asked for but {dev.type} is not available here (this machine's "
+                          f"accelerator: {accelerator() or 'none'})",
+                          "use --device cpu (or auto, which picks the best device here)")
     return dev
 
 
@@ -177,13 +198,13 @@ def check_amp(amp: str, device: torch.device) -> None:
     autocast warns "Disabling autocast" (or computes in another dtype) and training would silently
     run in fp32."""
     if amp not in AMP_DTYPES:
-        raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {amp!r}")
+        raise ConfigError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {amp!r}")
     dtype = AMP_DTYPES[amp]
     if dtype is None:
         return
     device = torch.device(device)
     if device.type == "cuda" and dtype is torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        raise ValueError(f"amp='bf16' needs a GPU with bfloat16 support ({torch.cuda.get_device_name(device)} "
+        raise ConfigError(f"amp='bf16' needs a GPU with bfloat16 support ({torch.cuda.get_device_name(device)} "
                          "has none); use amp='fp16' (with GradScaler) or amp='none'")
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -192,12 +213,12 @@ def check_amp(amp: str, device: torch.device) -> None:
                 conv = nn.Conv2d(1, 2, 3).to(device)
                 out = conv(torch.zeros(1, 1, 5, 5, device=device))
     except Exception as e:
-        raise ValueError(f"amp={amp!r} is not supported on {device} with torch {torch.__version__} "
+        raise ConfigError(f"amp={amp!r} is not supported on {device} with torch {torch.__version__} "
                          f"({type(e).__name__}: {e}); use amp='bf16' or amp='none'") from None
     disabled = [str(w.message) for w in caught if "autocast" in str(w.message).lower()]
     if disabled or out.dtype != dtype:
         why = disabled[0].splitlines()[0] if disabled else f"a convolution returned {out.dtype}"
-        raise ValueError(f"amp={amp!r} does not run on {device} with torch {torch.__version__}: {why}; "
+        raise ConfigError(f"amp={amp!r} does not run on {device} with torch {torch.__version__}: {why}; "
                          "use amp='bf16' or amp='none'")
 
 
@@ -260,6 +281,83 @@ def load_test_set(cfg: TrainConfig, device: torch.device):
 
     _, _, X_test, y_test = load_mnist(cfg.data_root, device=device, subset=(1, 10000))
     return X_test, y_test
+
+
+# --------------------------------------------------------------------------- snapshots and pre-flight
+
+SNAPSHOT_FORMAT = "mnist-scale-lab snapshot"
+SNAPSHOT_VERSION = 1
+SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "steps", "history", "rng")
+# What a resumed run must share with the run that saved: the model and optimizer state's shapes, the
+# batches it sees (batch size, processes, subset, seed) and the scaler. num_epochs may grow (train longer).
+RUN_KEYS = ("model", "optimizer", "scheduler", "amp", "batch_size", "grad_accum", "subset", "seed")
+_RUN_FLAGS = {"world_size": "processes"}
+
+
+def _not_ours(path: Path, why: str) -> SnapshotError:
+    return SnapshotError(f"--snapshot {path} is not a snapshot written by this series ({why})",
+                         f"delete it (rm {path}) to start from scratch, or point --snapshot at another file")
+
+
+def save_snapshot(snap: dict, path, cfg: TrainConfig, world_size: int = 1):
+    """``snap`` (model, optimizer, ... as the workers build it) plus the format tag, its version and the run's
+    settings, written atomically (``io.atomic_save``). ``load_snapshot`` checks all three."""
+    from mnist_helpers.io import atomic_save
+
+    run = {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
+    return atomic_save({**snap, "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, "run": run}, path)
+
+
+def load_snapshot(path, cfg: TrainConfig, world_size: int = 1, device="cpu") -> dict:
+    """Load a snapshot with ``torch.load(weights_only=True)`` (never code) and validate it before use.
+
+    SnapshotError when the file is not a torch file, holds anything but tensors and plain values, lacks the
+    series' format tag, version or keys, or was written by a run with other settings (each difference
+    named, e.g. ``batch_size: snapshot 64, this run 128``), instead of a shape error deep in load_state_dict.
+    """
+    path = Path(path)
+    try:
+        snap = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any failure to read means: not ours (torch's own text suggests unsafe loading)
+        text = str(e)
+        why = ("it holds objects other than tensors and plain values" if "global" in text.lower()
+               else "torch.save did not write it: torch.load fails with "
+                    + ("an unreadable pickle" if type(e).__name__ == "UnpicklingError" else type(e).__name__))
+        raise _not_ours(path, why) from None
+    if not isinstance(snap, dict) or snap.get("format") != SNAPSHOT_FORMAT:
+        raise _not_ours(path, f"no {SNAPSHOT_FORMAT!r} tag; it holds a {type(snap).__name__}")
+    if snap.get("version") != SNAPSHOT_VERSION:
+        raise SnapshotError(f"--snapshot {path} has snapshot format version {snap.get('version')!r}; this code "
+                            f"reads version {SNAPSHOT_VERSION}",
+                            f"delete it (rm {path}) to start from scratch, or point --snapshot at another file")
+    missing = [k for k in SNAPSHOT_KEYS if k not in snap]
+    if missing or not isinstance(snap.get("run"), dict):
+        raise _not_ours(path, f"missing {', '.join(missing) or 'run'}")
+    here = {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
+    diffs = [(k, snap["run"].get(k), v) for k, v in here.items() if snap["run"].get(k) != v]
+    if diffs:
+        said = "; ".join(f"{_RUN_FLAGS.get(k, k)}: snapshot {a!r}, this run {b!r}" for k, a, b in diffs)
+        flags = ", ".join(f"{a} processes" if k == "world_size" else f"--{k.replace('_', '-')} {a}"
+                          for k, a, _ in diffs)
+        raise SnapshotError(f"--snapshot {path} was written by a run with other settings ({said})",
+                            f"resume with the snapshot's settings ({flags}), point --snapshot at another file, "
+                            f"or delete it (rm {path}) to start from scratch")
+    return snap
+
+
+def check_run(cfg: TrainConfig, world_size: int = 1, out=None, snapshot=None) -> None:
+    """Before any training, what would fail later: the MNIST files (md5), ``out`` and ``snapshot`` writable,
+    an existing ``snapshot`` readable and from this configuration. Raises an expected error (exit 2)."""
+    from mnist_helpers.data import verify_mnist
+    from mnist_helpers.io import check_writable
+
+    verify_mnist(cfg.data_root)
+    if out:
+        check_writable(out, "--out")
+    if snapshot:
+        check_writable(snapshot, "--snapshot")
+        if Path(snapshot).exists():
+            load_snapshot(snapshot, cfg, world_size)
 
 
 # --------------------------------------------------------------------------- the loop

@@ -22,13 +22,15 @@ import time
 import torch
 
 from mnist_helpers.display import show
-from mnist_helpers.io import write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.lessons.l07_scaling import (ALLREDUCE_TABLE, DDP_VARIANTS_TABLE, allreduce_sweep, ddp_variants,
                                               latency_growth, ring_volume_verdict)
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
 
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world-sizes", default="2,4")
@@ -36,7 +38,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="JSON path (default results/bench_allreduce.json)")
     args = ap.parse_args(argv)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    worlds = [int(n) for n in args.world_sizes.split(",")]
+    try:
+        worlds = [int(n) for n in args.world_sizes.split(",")]
+    except ValueError:
+        ap.error(f"--world-sizes must be comma-separated integers, e.g. 2,4; got {args.world_sizes!r}")
+    if min(worlds) < 1:
+        ap.error(f"--world-sizes must be positive, got {args.world_sizes!r}")
+    out = check_writable(args.out or results_dir() / "bench_allreduce.json", "--out")
     sizes = [4096, 65536, 1 << 20] if args.quick else [4096, 65536, 1 << 20, 4 << 20, 16 << 20]
     print(f"machine: {describe()} | device {device}")
     t0 = time.perf_counter()
@@ -55,7 +63,6 @@ def main(argv=None) -> dict:
               "quick": args.quick, "machine": machine_info(), "device": device, "allreduce": rows,
               "latency_growth": growth, "ring_verdict": verdict, "ddp_variants": ddp,
               "wall_seconds": time.perf_counter() - t0}
-    out = args.out or results_dir() / "bench_allreduce.json"
     write_json(out, result)
     print(f"wrote {out}")
     return result

@@ -24,7 +24,8 @@ import time
 
 from mnist_helpers.data import load_mnist
 from mnist_helpers.display import show
-from mnist_helpers.io import write_json
+from mnist_helpers.errors import ConfigError, cli_entry
+from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.lessons.l05_precision_memory import (accumulation_memory, compare_precisions, deprecated_amp_warnings,
                                                         empty_cache_cost)
 from mnist_helpers.memory import run_isolated
@@ -38,6 +39,7 @@ FORMATS = {"images_per_s": "{:,.0f}", "speedup": "{:.2f}", "peak_mib": "{:.1f}",
            "transient_mib": "{:.1f}", "transient_ratio": "{:.2f}", "test_acc": "{:.2%}", "max_grad_diff": "{:.1e}"}
 
 
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
@@ -45,6 +47,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=None, help="JSON path (default results/amp_bench.json)")
     args = ap.parse_args(argv)
     device = select_device("auto")
+    if args.allocator and device.type != "cuda":
+        raise ConfigError("--allocator measures the CUDA caching allocator, and this machine has no CUDA device",
+                          "run without --allocator here, or on a GPU machine: python scripts/bench_amp.py --allocator")
+    out = check_writable(args.out or results_dir() / "amp_bench.json", "--out")
     t0 = time.perf_counter()
     X, y, Xt, yt = load_mnist(subset=(4096, 1000) if args.quick else None)
     big, small = (128, 16) if args.quick else (512, 32)
@@ -66,8 +72,6 @@ def main(argv=None) -> dict:
     show(acc_rows, ["k", "micro_batch", "peak_mib", "transient_mib", "transient_ratio", "max_grad_diff"], formats=FORMATS)
     allocator = None
     if args.allocator:
-        if device.type != "cuda":
-            raise SystemExit("--allocator needs a CUDA device")
         allocator = {"default": run_isolated(FRAGMENTATION)["result"],
                      "expandable_segments": run_isolated(FRAGMENTATION,
                                                          env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})["result"],
@@ -77,7 +81,6 @@ def main(argv=None) -> dict:
               "quick": args.quick, "machine": machine_info(), "device": str(device), "precisions": main_rows,
               "fp16_small_batch": fp16_rows, "accumulation": acc_rows, "allocator": allocator,
               "deprecations": deprecated_amp_warnings(), "wall_seconds": time.perf_counter() - t0}
-    out = args.out or results_dir() / "amp_bench.json"
     write_json(out, result)
     print(f"wrote {out} in {result['wall_seconds']:.0f} s")
     return result

@@ -18,9 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mnist_helpers.errors import cli_entry  # noqa: E402 - after the sys.path line above
+
 TARGET = 100.0
 
 
+@cli_entry  # expected errors (data, --out): one message with the fix, exit code 2
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--subset", type=int, default=20000, help="training images to feed (default: %(default)s)")
@@ -31,14 +34,19 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: leave as is)")
     ap.add_argument("--out", default=None, help="JSON path (default: results/bench_loader.json)")
     args = ap.parse_args(argv)
+    if not 1 <= args.subset <= 60000:
+        ap.error(f"--subset must be between 1 and 60000 (the training set), got {args.subset}")
+    if args.batch_size < 1 or args.epochs < 1 or args.dataloader_batches < 1 or min(args.workers) < 0:
+        ap.error("--subset, --batch-size, --epochs and --dataloader-batches must be positive, --workers >= 0")
 
     import torch
     from mnist_helpers.display import show
-    from mnist_helpers.io import write_json
+    from mnist_helpers.io import check_writable, write_json
     from mnist_helpers.lessons.l03_dataloader import feed_rates
     from mnist_helpers.paths import results_dir
     from mnist_helpers.resources import describe, machine_info
 
+    out = check_writable(Path(args.out) if args.out else results_dir() / "bench_loader.json", "--out")
     if args.threads:
         torch.set_num_threads(args.threads)
     machine = machine_info()
@@ -53,7 +61,6 @@ def main(argv=None) -> int:
     ok = ratio >= TARGET
     print(f"\nbest tensor feed ({tensor['feed']}) / best DataLoader = {ratio:,.0f}x "
           f"(target >= {TARGET:.0f}x: {'met' if ok else 'NOT met'})")
-    out = Path(args.out) if args.out else results_dir() / "bench_loader.json"
     write_json(out, {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                      "machine": machine, "args": vars(args), "rows": rows, "ratio": ratio,
                      "target": TARGET, "target_met": ok})

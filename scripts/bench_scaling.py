@@ -22,7 +22,8 @@ import datetime
 import time
 
 from mnist_helpers.display import show
-from mnist_helpers.io import write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.lessons.l07_scaling import SCALING_TABLE, comm_verdict, speedup_verdict, weak_scaling
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
@@ -30,6 +31,7 @@ from mnist_helpers.resources import describe, machine_info
 TARGET = 1.7
 
 
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--world-sizes", default="1,2", help="processes per point, comma-separated (must include 1 and 2)")
@@ -39,7 +41,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--quick", action="store_true", help="tiny: fastnet, 1 round, 1 step per block")
     ap.add_argument("--out", default=None, help="JSON path (default results/bench_scaling.json)")
     args = ap.parse_args(argv)
-    sizes = [int(s) for s in args.world_sizes.split(",")]
+    try:
+        sizes = [int(s) for s in args.world_sizes.split(",")]
+    except ValueError:
+        ap.error(f"--world-sizes must be comma-separated integers, e.g. 1,2; got {args.world_sizes!r}")
+    if args.batch_size < 1 or args.rounds < 1 or min(sizes) < 1:
+        ap.error("--world-sizes, --batch-size and --rounds must be positive")
+    out = check_writable(args.out or results_dir() / "bench_scaling.json", "--out")
     if 1 not in sizes or 2 not in sizes:
         ap.error(f"--world-sizes must include 1 and 2 (the ratio this script reports), got {sizes}")
     model, rounds, steps, repeats = ("fastnet", 1, 1, 2) if args.quick else (args.model, args.rounds, 3, 5)
@@ -58,7 +66,6 @@ def main(argv=None) -> dict:
               "quick": args.quick, "machine": machine_info(), "model": model, "rows": rows, "ratio_2_vs_1": ratio,
               "target": TARGET, "target_met": ratio >= TARGET, "comm_fraction_2": two["comm_fraction"],
               "wall_seconds": time.perf_counter() - t0}
-    out = args.out or results_dir() / "bench_scaling.json"
     write_json(out, result)
     print(f"wrote {out}")
     return result

@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 
 from mnist_helpers.lessons import l10_speedrun as speedrun
-from mnist_helpers.io import write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.train import select_device
@@ -65,13 +66,17 @@ def parse_args(argv=None):
     return args
 
 
+@cli_entry  # expected errors (data, --out, device): one message with the fix, exit code 2
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = select_device(args.device)
     try:
-        base, fast = speedrun.get_recipe(args.baseline, device), speedrun.get_recipe(args.fast, device)
+        base = speedrun.get_recipe(args.baseline, device)
+        # `fast`: the settings this machine trains fastest with, measured once (cached in results/choices.json)
+        fast = (speedrun.fastest(device, measure=not args.quick) if args.fast == "fast"
+                else speedrun.get_recipe(args.fast, device))
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -98,30 +103,46 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc)
     out = Path(args.out) if args.out else results_dir() / (
         f"time_to_accuracy_{device.type}{'_quick' if args.quick else ''}_{date:%Y%m%d}.json")
+    check_writable(out, "--out")  # before the first run, not after an hour of them
     print(f"machine: {describe(info)}")
     print(f"recipes: {base.name} vs {fast.name} on {device}, {len(seeds)} seed(s) each, targets "
           f"{', '.join(f'{t:.1%}' for t in targets)}; evaluation every {args.eval_every:g} epoch on "
           f"{test_subset or 10000:,} test images" + (" (quick mode)" if args.quick else ""))
     t0 = time.perf_counter()
     runs: list[dict] = []
+    errors: list[dict] = []  # runs that raised (a graph capture, a compilation): recorded, the benchmark goes on
 
     def report(final: bool):
         rows = speedrun.summarize(runs)
-        ratios = {f"{t:g}": speedrun.speedup(rows, base.name, t).get(fast.name) for t in targets}
+        names = {r["recipe"] for r in rows}
+        ratios = {f"{t:g}": speedrun.speedup(rows, base.name, t).get(fast.name) if {base.name, fast.name} <= names
+                  else None for t in targets}
         doc = {"benchmark": "time_to_accuracy", "quick": args.quick, "complete": final,
                "date_utc": date.isoformat(timespec="seconds"), "machine": info, "torch": torch.__version__,
                "device": str(device), "targets": targets, "seeds": list(seeds), "baseline_seeds": base_seeds, "eval_every_epochs": args.eval_every,
                "baseline": base.to_dict(), "fast": fast.to_dict(), "per_recipe": per_recipe,
-               "summary": rows, "speedup": ratios, "elapsed_s": time.perf_counter() - t0,
+               "fast_choice": speedrun.cached_choice(device) if args.fast == "fast" and not args.quick else None,
+               "summary": rows, "speedup": ratios, "elapsed_s": time.perf_counter() - t0, "errors": errors,
                "runs": [{k: v for k, v in r.items()} for r in runs]}
         write_json(out, doc)  # a partial file after every run: a long benchmark cut short still leaves data
         return rows, ratios
 
     for seed in seeds:  # interleaved: a change in machine load hits both recipes alike
         for r in ([base] if seed < base_seeds else []) + [fast]:
-            speedrun.compare([r], [seed], targets, per_recipe=per_recipe, on_run=lambda run: (runs.append(run),
-                             report(False)), **common)
+            try:
+                speedrun.compare([r], [seed], targets, per_recipe=per_recipe, on_run=lambda run: (runs.append(run),
+                                 report(False)), **common)
+            except Exception as e:  # one failed run must not cost the others (a time limit may be near)
+                errors.append({"recipe": r.name, "seed": seed, "error": f"{type(e).__name__}: {str(e)[:500]}"})
+                print(f"{r.name} seed {seed} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
+                report(False)
     rows, ratios = report(True)
+    if errors:
+        print(f"{len(errors)} run(s) failed: " + "; ".join(f"{e['recipe']} seed {e['seed']}: {e['error'][:120]}"
+                                                        for e in errors), file=sys.stderr)
+    if not rows:
+        print(f"error: no run finished; wrote {out}", file=sys.stderr)
+        return 1
     print()
     speedrun.show_summary(rows)
     print()
@@ -130,6 +151,8 @@ def main(argv=None) -> int:
         text = f"{ratio:.1f}x" if ratio else "n/a (a recipe missed the target in some run)"
         print(f"time to {t:.1%}: {fast.name} is {text} faster than {base.name} (training time, means, same run)")
         by = {r["recipe"]: r for r in rows}
+        if fast.name not in by:
+            continue
         fast_t = by[fast.name][f"t{t:g}_mean"]
         missed = [r["train_s"] for r in runs if r["recipe"] == base.name and r["targets"][f"{t:g}"] is None]
         if not ratio and missed and fast_t and by[fast.name][f"t{t:g}_reached"] == by[fast.name]["runs"]:
@@ -137,7 +160,7 @@ def main(argv=None) -> int:
                   f"the speed-up is more than {min(missed) / fast_t:.1f}x (a lower bound)")
     worst = min(r["acc_mean"] for r in rows)
     print(f"lowest mean final accuracy: {worst:.2%}; total {time.perf_counter() - t0:.0f} s; wrote {out}")
-    return 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

@@ -158,6 +158,9 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
     for (w, pin, pf, pers), rs in runs.items():
         rows.append({"num_workers": w, "pin_memory": pin, "prefetch_factor": pf if w else None,
                      "persistent_workers": pers if w else False, "batch_size": batch_size,
+                     # how the workers were started (the platform's default: fork up to Python 3.13 on Linux,
+                     # forkserver from 3.14, spawn on macOS/Windows); start-up costs differ between them
+                     "start_method": torch.multiprocessing.get_start_method() if w else None,
                      "images_per_s": statistics.median(r["images_per_s"] for r in rs),
                      "first_epoch_images_per_s": statistics.median(r["first_epoch_images_per_s"] for r in rs),
                      "first_batch_s": statistics.median(r["first_batch_s"] for r in rs),
@@ -176,7 +179,8 @@ def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), 
     for w in _workers_list(num_workers):
         loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin_memory, persistent_workers=w > 0)
         r = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
-        rows.append({"loader": f"DataLoader, {w} workers", "num_workers": w, **r})
+        rows.append({"loader": f"DataLoader, {w} workers", "num_workers": w,
+                     "start_method": torch.multiprocessing.get_start_method() if w else None, **r})
         del loader
     if tensor_baseline:
         X, y = dataset_tensors(dataset)

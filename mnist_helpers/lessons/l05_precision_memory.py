@@ -14,7 +14,8 @@ The API:
 - ``deprecated_amp_warnings``: the warnings the article's spelling raises.
 
 Precision, measured:
-- ``compare_precisions``: fp32, bf16, fp16 with or without GradScaler, channels_last (``MODES``); speed
+- ``compare_precisions``: fp32, bf16, fp16 with or without GradScaler, channels_last (``MODES``; on CUDA
+  ``fp32`` is IEEE float32 with TF32 switched off and ``tf32`` its own mode, and timed blocks last >= 0.2 s); speed
   (median of interleaved repeats), peak memory split into persistent and transient, test accuracy;
 - ``gradient_underflow`` and ``scaler_skip_demo``: why fp16 needs a GradScaler, and what it does
   when the scale is too large (inf gradients -> the step is skipped, the scale halves).
@@ -31,7 +32,9 @@ Memory experiments (run through ``memory.run_isolated`` for a fresh process):
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
 import os
 import statistics
 import time
@@ -57,7 +60,28 @@ MODES = {
     "fp16 no scaler": ("fp16", False, False),
     "fp32 channels_last": ("none", False, True),
     "bf16 channels_last": ("bf16", False, True),
+    "tf32": ("none", False, False),  # fp32 storage, TF32 tensor-core math (CUDA only; on a CPU the same as fp32)
 }
+# On CUDA, float32 modes pin the TF32 switches: cuDNN convolutions default to TF32, so "fp32" alone would not be
+# IEEE float32. Modes not named here (the autocast ones) keep torch's defaults.
+CUDA_TF32 = {"fp32": False, "fp32 channels_last": False, "tf32": True}
+# On CUDA a timed block lasts at least this long (a few 1-ms steps would time kernel launches, not training).
+CUDA_MIN_BLOCK_S = 0.2
+
+
+@contextlib.contextmanager
+def _cuda_math(mode: str, device: torch.device):
+    """Set ``torch.backends.cudnn.allow_tf32`` and ``torch.backends.cuda.matmul.allow_tf32`` for ``mode`` on CUDA
+    (see ``CUDA_TF32``), restored afterwards; nothing on a CPU."""
+    if device.type != "cuda" or mode not in CUDA_TF32:
+        yield
+        return
+    old = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = CUDA_TF32[mode]
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = old
 
 
 # --------------------------------------------------------------------------- the API
@@ -138,12 +162,13 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     for mode in modes:
         cfg, tr = _setup(mode, model, batch_size, lr, seed, device)
         runs[mode] = {"cfg": cfg, "tr": tr, "data": _stream(X.to(device), y.to(device), batch_size, seed),
-                      "speeds": [], "skipped": 0}
+                      "speeds": [], "skipped": 0, "mode": mode}
 
     def steps(run, n):
         scaler = run["tr"].scaler
         before = scaler.get_scale() if scaler else None
-        stats = train_one_epoch(run["tr"], itertools.islice(run["data"], n), run["cfg"])
+        with _cuda_math(run["mode"], device):
+            stats = train_one_epoch(run["tr"], itertools.islice(run["data"], n), run["cfg"])
         if scaler and scaler.get_scale() < before:  # GradScaler halves the scale when it skips a step
             run["skipped"] += 1
         return stats
@@ -151,6 +176,11 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     for run in runs.values():
         if warmup:
             steps(run, warmup)
+    if device.type == "cuda":  # lengthen the blocks to CUDA_MIN_BLOCK_S, the same number of steps for every mode
+        probe = min(steps(run, chunk)["seconds"] for run in runs.values())
+        warmup += chunk  # the probe block trained every mode too
+        if probe < CUDA_MIN_BLOCK_S:
+            chunk = min(math.ceil(chunk * CUDA_MIN_BLOCK_S / max(probe, 1e-6)), 2000)
     for _ in range(repeats):
         for run in runs.values():
             run["speeds"].append(steps(run, chunk)["images_per_s"])
@@ -161,14 +191,18 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
                "steps": warmup + repeats * chunk, "images_per_s": statistics.median(run["speeds"])}
         if memory:
             batch = next(run["data"])  # a copy taken outside the measurement: the dataset is not counted
-            rep = peak_memory(lambda: train_one_epoch(run["tr"], [batch], run["cfg"]), device)
+            with _cuda_math(mode, device):
+                rep = peak_memory(lambda: train_one_epoch(run["tr"], [batch], run["cfg"]), device)
             row.update(peak_mib=rep.mib("peak"), persistent_mib=rep.mib("persistent"),
                        transient_mib=rep.mib("transient"), memory_method=rep.method,
                        **{f"{k}_mib": v / MiB for k, v in rep.by_category.items()})
         row["skipped_steps"] = run["skipped"]
         if X_test is not None:
-            ev = evaluate(run["tr"].model, X_test.to(device), y_test.to(device), 1000, amp, channels_last)
+            with _cuda_math(mode, device):
+                ev = evaluate(run["tr"].model, X_test.to(device), y_test.to(device), 1000, amp, channels_last)
             row["test_acc"] = ev["acc"]
+        if device.type == "cuda":
+            row.update(block_steps=chunk, tf32=CUDA_TF32.get(mode, "torch default"))
         rows.append(row)
         if models is not None:
             models[mode] = run["tr"].model
@@ -315,8 +349,8 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
 
 def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
     """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
-    while small tensors that outlive the step pin the segments; report the caching allocator's
-    reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
+    while small tensors that outlive the step (2 MiB each, allocated after the batch is freed: large-pool blocks
+    that pin the batches' segments); report the caching allocator's reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
     ``run_isolated`` (the setting is read once, when CUDA initialises). Called by name,
     ``"mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation"``, from notebook 05 and
     scripts/bench_amp.py."""
@@ -328,9 +362,11 @@ def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
     for i in range(num_steps):
         size = (base_mib + 9 * (i % 7) + i) * MiB  # irregular sizes, slowly growing
         batch = torch.empty(size, dtype=torch.uint8, device=dev)
-        kept.append(torch.empty(MiB // 2, dtype=torch.uint8, device=dev))  # outlives the step
         batch.fill_(1)
         del batch
+        # outlives the step: 2 MiB, above the allocator's 1 MiB small-pool limit, so it is carved (best fit) out of
+        # the batch's just-freed large-pool segment and pins it (a 0.5 MiB tensor would go to the small pool)
+        kept.append(torch.empty(2 * MiB, dtype=torch.uint8, device=dev))
     torch.cuda.synchronize(dev)
     stats = torch.cuda.memory_stats(dev)
     return {"alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),

@@ -92,23 +92,31 @@ def labelled_step(model, opt, batches_iter, device, *, allreduce: Callable[[], N
     """One training step with every phase under its ``record_function`` label. Returns the batch size.
 
     ``allreduce`` (e.g. :func:`allreduce_gradients`) runs between backward and the optimizer, the way DDP
-    does without overlap, so communication gets its own label.
+    does without overlap, so communication gets its own label. On a GPU each label ends with a synchronize, so its
+    CPU time includes the kernels it launched (otherwise they would run, unlabelled, after the step).
     """
+    dev = torch.device(device)
+    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     with record_function("data"):
         X, y = next(batches_iter)
         X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
         if channels_last:
             X = X.contiguous(memory_format=torch.channels_last)
+        sync()
     with record_function("forward"):
         loss = F.nll_loss(model(X), y)
+        sync()
     opt.zero_grad(set_to_none=True)
     with record_function("backward"):
         loss.backward()
+        sync()
     if allreduce is not None:
         with record_function("all-reduce"):
             allreduce()
+            sync()
     with record_function("optimizer"):
         opt.step()
+        sync()
     return len(X)
 
 

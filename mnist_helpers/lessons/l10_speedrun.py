@@ -306,9 +306,11 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
             _sync(device)
             row["setup_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            one()
+            for _ in range(3):
+                one()
             _sync(device)
-            row["steps_per_block"] = max(1, math.ceil(block_s / max(time.perf_counter() - t0, 1e-6)))
+            step_s = (time.perf_counter() - t0) / 3
+            row["steps_per_block"] = max(3, math.ceil(block_s / max(step_s, 1e-6)))
             runners.append((row, one, []))
         except Exception as e:  # a setting this machine cannot run is a result, not a crash
             row.update(status="failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")

@@ -32,10 +32,11 @@ import torch.multiprocessing as mp  # DDP: starts the processes
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP: all-reduces gradients in backward()
 
 from mnist_helpers.distributed import params_digest
-from mnist_helpers.io import atomic_save, write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.train import (TrainConfig, Training, build_training, epoch_line, load_test_set,
-                                 make_train_batches, train_one_epoch)
+from mnist_helpers.train import (TrainConfig, Training, build_training, check_run, epoch_line, load_snapshot,
+                                 load_test_set, make_train_batches, save_snapshot, train_one_epoch)
 from mnist_helpers.distributed import DistContext, choose_backend, cleanup, evaluate_exact, gather_objects  # DDP:
 from mnist_helpers.ports import free_port  # DDP: a port nobody holds, instead of a fixed one
 
@@ -72,8 +73,8 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
-        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)  # DDP: same world size
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])
@@ -89,7 +90,7 @@ class Trainer:
                 "epoch": self.epochs_run, "steps": self.steps_run, "history": json.dumps(self.history),
                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                         "numpy": torch.from_numpy(np_state[1].copy()), "numpy_rest": list(np_state[2:])}}
-        atomic_save(snap, self.snapshot)
+        save_snapshot(snap, self.snapshot, self.cfg, self.ctx.world_size)  # DDP: records the world size
 
     def _run_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)  # a new shuffle every epoch (else every epoch repeats one order)
@@ -165,6 +166,7 @@ def main(rank: int, world_size: int, port: int, backend: str,  # DDP: mp.spawn c
         cleanup()  # DDP: destroy_process_group()
 
 
+@cli_entry  # expected errors (bad data, paths, snapshot): one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ddp_spawn",  # DDP:
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -177,9 +179,10 @@ def cli(argv: list[str] | None = None) -> int:
         cfg = TrainConfig.from_namespace(args)
     except ValueError as e:
         ap.error(str(e))
-    world_size = args.nproc or torch.cuda.device_count() or 2  # DDP:
+    world_size = (torch.cuda.device_count() or 2) if args.nproc is None else args.nproc  # DDP:
     if world_size < 1:  # DDP:
         ap.error(f"--nproc must be a positive integer, got {world_size}")  # DDP:
+    check_run(cfg, world_size, args.out, args.snapshot)  # DDP: before spawning (a child's error has a traceback)
     backend = choose_backend(world_size)  # DDP: nccl if every process gets its own GPU, else gloo
     # DDP: share the cores out between the processes, as torchrun's launcher does (the children read it at start).
     os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // world_size)))  # DDP:

@@ -40,10 +40,11 @@ from torch.distributed.elastic.multiprocessing.errors import record  # torchrun:
 from torch.nn.parallel import DistributedDataParallel as DDP  # DDP: all-reduces gradients in backward()
 
 from mnist_helpers.distributed import params_digest
-from mnist_helpers.io import atomic_save, write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.train import (TrainConfig, Training, build_training, epoch_line, load_test_set,
-                                 make_train_batches, train_one_epoch)
+from mnist_helpers.train import (TrainConfig, Training, build_training, check_run, epoch_line, load_snapshot,
+                                 load_test_set, make_train_batches, save_snapshot, train_one_epoch)
 from mnist_helpers.distributed import DistContext, cleanup, evaluate_exact, gather_objects  # torchrun:
 from mnist_helpers.distributed import init_distributed  # torchrun: joins the group torchrun prepared
 
@@ -81,8 +82,8 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
-        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)  # DDP: same world size
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])
@@ -98,7 +99,7 @@ class Trainer:
                 "epoch": self.epochs_run, "steps": self.steps_run, "history": json.dumps(self.history),
                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                         "numpy": torch.from_numpy(np_state[1].copy()), "numpy_rest": list(np_state[2:])}}
-        atomic_save(snap, self.snapshot)
+        save_snapshot(snap, self.snapshot, self.cfg, self.ctx.world_size)  # DDP: records the world size
 
     def _run_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)  # a new shuffle every epoch (else every epoch repeats one order)
@@ -145,6 +146,7 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None, 
     # torchrun: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT come from torchrun's environment; device cuda:LOCAL_RANK.
     ctx = init_distributed(backend, timeout)  # torchrun:
     try:  # DDP: leave the process group however training ends
+        check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)  # torchrun: every rank, before training
         if ctx.is_main:  # DDP:
             print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} "  # DDP:
                   f"| device {ctx.device} | global batch {cfg.batch_size * ctx.world_size}", flush=True)  # DDP:
@@ -166,6 +168,7 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None, 
 
 
 @record  # torchrun: on failure torchrun reports this rank's traceback as the root cause
+@cli_entry  # expected errors (bad data, paths, snapshot): one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ddp_train",  # torchrun:
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

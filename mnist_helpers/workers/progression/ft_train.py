@@ -40,9 +40,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.distributed import (cleanup, evaluate_exact, gather_objects, init_distributed,
                                        params_digest)
-from mnist_helpers.io import atomic_save, write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.train import TrainConfig, epoch_line, train_one_epoch
+from mnist_helpers.train import TrainConfig, check_run, epoch_line, load_snapshot, save_snapshot, train_one_epoch
 from mnist_helpers.workers.progression.ddp_train import Trainer, load_train_objs, prepare_batches
 
 
@@ -86,14 +87,14 @@ class FaultTolerantTrainer(Trainer):
                 "epoch": self.epochs_run, "steps": self.steps_run, "step_in_epoch": self.step_in_epoch,
                 "partial": dict(self.partial), "history": json.dumps(self.history),
                 "world_size": self.ctx.world_size, "rng": rng}
-        atomic_save(snap, self.snapshot)
+        save_snapshot(snap, self.snapshot, self.cfg, self.ctx.world_size)
 
     def _load_snapshot(self) -> None:
-        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        # weights_only=True, then the format and this run's settings (world size included) are checked
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)
         self._restore_state(snap)  # ddp_train's: model, optimizer, scheduler, scaler, counters, history
         self.step_in_epoch, self.partial = snap["step_in_epoch"], dict(snap["partial"])
-        same_world = snap["world_size"] == self.ctx.world_size  # else the shards differ anyway
-        _set_rng_state(snap["rng"][self.ctx.rank if same_world else 0])
+        _set_rng_state(snap["rng"][self.ctx.rank])  # one state per rank: load_snapshot refused another world size
         self.resumed_at_step = self.steps_run
         if self.ctx.is_main:
             print(f"[rank 0] resumed from {self.snapshot}: epoch {self.epochs_run + 1}, step {self.steps_run} "
@@ -156,6 +157,7 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
         torch.set_num_threads(cfg.threads)
     ctx = init_distributed(backend, timeout)
     try:
+        check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)  # before training
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         if ctx.is_main:
             print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} | attempt {restarts + 1}",
@@ -182,6 +184,7 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ft_train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -28,10 +28,11 @@ import numpy as np
 import torch
 
 from mnist_helpers.distributed import params_digest
-from mnist_helpers.io import atomic_save, write_json
+from mnist_helpers.errors import cli_entry
+from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.train import (TrainConfig, Training, build_training, epoch_line, load_test_set,
-                                 make_train_batches, train_one_epoch)
+from mnist_helpers.train import (TrainConfig, Training, build_training, check_run, epoch_line, load_snapshot,
+                                 load_test_set, make_train_batches, save_snapshot, train_one_epoch)
 from mnist_helpers.train import evaluate, select_device
 
 
@@ -62,8 +63,8 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True: loading a snapshot can never execute code (torch >= 2.6 default).
-        snap = torch.load(self.snapshot, map_location=self.tr.device, weights_only=True)
+        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, 1, self.tr.device)
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])
@@ -78,7 +79,7 @@ class Trainer:
                 "epoch": self.epochs_run, "steps": self.steps_run, "history": json.dumps(self.history),
                 "rng": {"torch": torch.get_rng_state(), "python": random.getstate(),
                         "numpy": torch.from_numpy(np_state[1].copy()), "numpy_rest": list(np_state[2:])}}
-        atomic_save(snap, self.snapshot)
+        save_snapshot(snap, self.snapshot, self.cfg, 1)
 
     def _run_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)  # a new shuffle every epoch (else every epoch repeats one order)
@@ -133,6 +134,7 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None) 
     return result
 
 
+@cli_entry  # expected errors (bad data, paths, snapshot): one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.single",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -144,6 +146,7 @@ def cli(argv: list[str] | None = None) -> int:
         cfg = TrainConfig.from_namespace(args)
     except ValueError as e:
         ap.error(str(e))
+    check_run(cfg, 1, args.out, args.snapshot)  # before training: data, output paths, snapshot
     main(cfg, args.out, args.snapshot)
     return 0
 

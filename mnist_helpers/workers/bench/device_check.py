@@ -1,0 +1,460 @@
+"""The sections of ``scripts/device_check.sh``: every GPU-only measurement of the series, one section per process.
+
+    bash scripts/device_check.sh                          # on a one-GPU machine: results under $OUT
+    bash scripts/device_check.sh OUT_DIR --cpu-dry-run    # on a CPU: every section, tiny sizes, gloo
+    python -m mnist_helpers.workers.bench.device_check --section nccl --res /tmp/device_check --dry-run
+
+Each section writes ``RES/<section>.json`` again after every row or run (atomically), so a section stopped by its
+time limit keeps what it finished; every run is guarded (its exception is recorded under ``errors`` and the section
+carries on). ``--finalize OUT`` (the shell script calls it after every section, without importing torch) writes
+``manifest.json`` (each section's status, seconds, error count), packs ``RES`` into ``OUT/device_check.tar.gz`` and
+copies the key JSONs beside it: at most 5 files in OUT.
+
+Sections, most valuable first: ``machine`` (versions, nvidia-smi, matmul peaks), ``time_to_accuracy``
+(``scripts/bench_time_to_accuracy.py``: the article's recipe vs the fastest, 99.0% and 99.5%), ``speedrun_chain``
+(notebook 10's ladder, one seed), ``amp`` (IEEE fp32, TF32, bf16, fp16 + GradScaler, channels_last), ``loader``
+(DataLoader to the GPU, pin_memory), ``allocator`` (the caching allocator, expandable segments, empty_cache),
+``nccl`` (all_reduce at world size 1). ``DEVICE_CHECK_FAIL=section:label,...`` makes those runs raise (tests).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import traceback
+from pathlib import Path
+
+SECTIONS = ("machine", "time_to_accuracy", "speedrun_chain", "amp", "loader", "allocator", "nccl")
+KEY_FILES = ("manifest.json", "time_to_accuracy.json", "speedrun_chain.json", "machine.json")
+ARCHIVE = "device_check.tar.gz"
+# Epochs for recipes without a schedule (the article's Net + Adam at a fixed lr): the committed CPU reference
+# reached 99.0% after 2.3-4.6 epochs (results/reference/time_to_accuracy_cpu_*.json); they stop at 99.0%.
+NO_SCHEDULE_EPOCHS = 6.0
+
+
+class Section:
+    """One section's JSON, rewritten after every row; ``run`` guards one measurement."""
+
+    def __init__(self, name: str, res: Path, dry: bool):
+        import torch
+
+        from mnist_helpers.resources import machine_info
+
+        self.name, self.path, self.dry = name, res / f"{name}.json", dry
+        self.device = torch.device("cpu") if dry else torch.device("cuda", 0)  # an index: init_process_group needs it
+        self.doc = {"section": name, "complete": False, "dry_run_on_cpu": dry, "device": str(self.device),
+                    "torch": torch.__version__, "date_utc": _now(), "machine": machine_info(), "errors": []}
+        self.save()
+
+    def save(self, **fields) -> None:
+        from mnist_helpers.io import write_json
+
+        self.doc.update(fields)
+        write_json(self.path, self.doc)
+
+    def run(self, label: str, fn):
+        """``fn()``, or None with the exception recorded (and saved) when it fails."""
+        t0 = time.perf_counter()
+        try:
+            if f"{self.name}:{label}" in os.environ.get("DEVICE_CHECK_FAIL", "").split(","):
+                raise RuntimeError("injected failure (DEVICE_CHECK_FAIL)")
+            return fn()
+        except Exception as e:
+            self.doc["errors"].append({"what": label, "error": f"{type(e).__name__}: {str(e)[:500]}",
+                                       "seconds": round(time.perf_counter() - t0, 1),
+                                       "trace": traceback.format_exc()[-2000:]})
+            print(f"  {label} failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            self.save()
+            return None
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def torchvision_status() -> str | None:
+    """None when torchvision imports and runs with this torch, else why not (the DataLoader route needs it)."""
+    if importlib.util.find_spec("torchvision") is None:
+        return "torchvision is not installed"
+    try:
+        import torchvision
+        from torchvision.transforms import functional as TF  # noqa: F401  (fails on a mismatched build)
+        return None if torchvision.__version__ else "torchvision has no version"
+    except Exception as e:  # operator torchvision::nms does not exist, ...
+        return f"torchvision does not import with this torch: {type(e).__name__}: {str(e)[:200]}"
+
+
+# --------------------------------------------------------------------------- sections
+
+def machine(s: Section) -> None:
+    import torch
+
+    tools = {}
+    for cmd in (["nvidia-smi", "--query-gpu=name,memory.total,driver_version,power.limit,clocks.max.sm",
+                 "--format=csv"], ["nvidia-smi", "topo", "-m"]):
+        try:
+            tools[" ".join(cmd[:2])] = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout
+        except Exception as e:
+            tools[" ".join(cmd[:2])] = f"unavailable: {type(e).__name__}: {e}"
+    tv = torchvision_status()
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+                "python": sys.version.split()[0], "torchvision": None if tv else __import__("torchvision").__version__,
+                "torchvision_problem": tv, "python_executable": sys.executable}
+    for mod in ("numpy", "pandas", "psutil", "triton"):
+        spec = importlib.util.find_spec(mod)
+        versions[mod] = getattr(__import__(mod), "__version__", "?") if spec else None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        versions.update(gpu=p.name, sm=f"{p.major}.{p.minor}", memory_gib=round(p.total_memory / 2**30, 1),
+                        multiprocessors=p.multi_processor_count, bf16=torch.cuda.is_bf16_supported())
+        versions["nccl"] = s.run("nccl version", lambda: ".".join(map(str, torch.cuda.nccl.version())))
+    s.save(versions=versions, tools=tools, matmul_peak_flops={})
+    from mnist_helpers.lessons import l10_speedrun as speedrun
+
+    n = 512 if s.dry else 8192
+    dtypes = [("float32 (IEEE)", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
+    if not s.dry:
+        dtypes += [("float16", torch.float16, False), ("float32 (TF32)", torch.float32, True)]
+    for label, dt, tf32 in dtypes:
+        old = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        try:
+            rate = s.run(f"peak {label}", lambda: speedrun.measure_peak_flops(s.device, dt, n=n))
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = old
+        s.doc["matmul_peak_flops"][label] = rate
+        s.save()
+        print(f"  matmul {label}: {rate / 1e12 if rate else float('nan'):.1f} TFLOP/s", flush=True)
+
+
+def time_to_accuracy(s: Section) -> None:
+    """scripts/bench_time_to_accuracy.py in a child process (it saves after every run); its JSON is this section's
+    payload. The article's recipe gets NO_SCHEDULE_EPOCHS epochs and 2 seeds (it stops at 99.0%), the ladder's
+    fastest GPU recipe 4 seeds (it stops when both 99.0% and 99.5% are reached, or at the end of its schedule)."""
+    repo = Path(__file__).resolve().parents[3]
+    out = s.path.with_name("time_to_accuracy.bench.json")
+    # `--fast graphs`: the ladder's last GPU step (SpeedNet, bf16, channels_last, compile, CUDA graphs), named, not
+    # measured: the default `fast` would first time 12 settings (6 compilations), minutes of this section's limit.
+    args = ["--quick", "--eval-every", "0.5"] if s.dry else ["--seeds", "4", "--baseline-seeds", "2", "--device", "cuda",
+                                                             "--fast", "graphs",
+                                                             "--article-epochs", f"{NO_SCHEDULE_EPOCHS:g}"]
+    tv = torchvision_status()
+    if tv:  # the article's DataLoader needs torchvision: the same recipe from in-memory tensors instead
+        args += ["--baseline", "tensors"]
+        s.doc["note"] = f"{tv}: baseline is `tensors` (the article's recipe without the DataLoader)"
+    cmd = [sys.executable, str(repo / "scripts" / "bench_time_to_accuracy.py"), *args, "--out", str(out)]
+    s.save(command=" ".join(cmd))
+    print("  " + " ".join(cmd), flush=True)
+    proc = subprocess.Popen(cmd)
+    try:
+        while proc.poll() is None:  # copy the partial file in after every run, so a time limit keeps it
+            time.sleep(2)
+            _absorb(s, out)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+    _absorb(s, out)
+    if proc.returncode:
+        s.doc["errors"].append({"what": "bench_time_to_accuracy.py", "error": f"exit code {proc.returncode}"})
+    s.save()
+
+
+def _absorb(s: Section, path: Path) -> None:
+    try:
+        bench = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    s.save(bench=bench)
+
+
+def speedrun_chain(s: Section) -> None:
+    """Notebook 10's ladder, one seed each. Recipes without a schedule stop at 99.0% with enough epochs to reach
+    it; scheduled ones run their horizon (their 99.5% needs the end of the schedule). The article's step runs
+    last: time_to_accuracy already measured it, so a time limit costs the ladder its least new number."""
+    from mnist_helpers.lessons import l10_speedrun as speedrun
+    from mnist_helpers.models import build_model, flops_per_image
+
+    runs, skipped = [], {}
+    steps = speedrun.chain(s.device)
+    order = steps[1:] + steps[:1]
+    tv = torchvision_status()
+    for recipe in order:
+        why = speedrun.skip_reason(recipe, s.device) or (tv if recipe.data == "dataloader" else None)
+        if why:
+            skipped[recipe.name] = why
+            s.save(skipped=skipped)
+            continue
+        kw = {"stop_when": "first", "num_epochs": NO_SCHEDULE_EPOCHS} if recipe.scheduler == "none" else {}
+        if s.dry:  # code paths, not numbers: tiny data, no compilation (minutes on a CPU)
+            kw.update(subset=1024, test_subset=500, num_epochs=0.5, eval_every_steps=4)
+            recipe = recipe.replace(num_workers=min(recipe.num_workers, 2), compile=False)
+        run = s.run(recipe.name, lambda: speedrun.time_to_accuracy(recipe, (0.99, 0.995), seed=0, device=s.device,
+                                                                     **kw))
+        if run:
+            run["flops_per_train_image"] = 3 * flops_per_image(build_model(recipe.model, recipe.width))
+            run["recipe_def"] = recipe.to_dict()
+            runs.append(run)
+            print("  " + speedrun.run_line(run), flush=True)
+        s.save(runs=runs, skipped=skipped, summary=speedrun.summarize(runs) if runs else [])
+
+
+def amp(s: Section) -> None:
+    """compare_precisions per batch size: IEEE fp32 (TF32 off) first, then TF32, bf16, fp16 + GradScaler."""
+    from mnist_helpers.data import load_mnist
+    from mnist_helpers.lessons import l05_precision_memory as lesson
+
+    X, y, Xt, yt = load_mnist(device=s.device, subset=(1024, 500) if s.dry else (16384, 10000))
+    wanted = ("fp32", "bf16") if s.dry else ("fp32", "tf32", "bf16", "fp16+scaler", "bf16 channels_last")
+    modes = [m for m in wanted if m in lesson.MODES]
+    s.save(modes=modes, missing_modes=[m for m in wanted if m not in lesson.MODES], rows=[])
+    for bs in (128,) if s.dry else (128, 512, 2048):
+        rows = s.run(f"batch {bs}", lambda: lesson.compare_precisions(
+            modes, X=X, y=y, X_test=Xt, y_test=yt, model="net", batch_size=bs, device=s.device,
+            warmup=1 if s.dry else 3, repeats=2 if s.dry else 5, chunk=1 if s.dry else 5))
+        for row in rows or []:
+            print(f"  batch {bs} {row['mode']:>18}: {row['images_per_s']:>10,.0f} img/s", flush=True)
+        s.doc["rows"] += rows or []
+        s.save()
+
+
+def loader(s: Section) -> None:
+    """The article's DataLoader feeding the device: pin_memory off/on x workers, images/s delivered."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    tv = torchvision_status()
+    if tv:
+        s.save(skipped=tv)
+        return
+    from mnist_helpers.data import mnist_datasets
+
+    train, _ = mnist_datasets()
+    batches = 8 if s.dry else 60  # per measurement: enough for a rate, little enough for the time limit
+    train = Subset(train, range(2048)) if s.dry else train
+    rows = []
+    for workers in (0, 2) if s.dry else (0, 2, 4, 8):
+        for pin in (False, True):
+            def measure():
+                dl = DataLoader(train, batch_size=128, shuffle=True, num_workers=workers,
+                                pin_memory=pin and not s.dry, persistent_workers=workers > 0)
+                rates = []
+                for _ in range(2):  # the first pass starts the workers; the second is the steady state
+                    t0, n = time.perf_counter(), 0
+                    for i, (X, _y) in enumerate(dl):
+                        n += len(X.to(s.device, non_blocking=pin))
+                        if i + 1 >= batches:
+                            break
+                    _sync(s.device)
+                    rates.append(n / (time.perf_counter() - t0))
+                del dl
+                return {"num_workers": workers, "pin_memory": pin, "first_pass_img_s": rates[0],
+                        "steady_img_s": rates[1], "images_per_pass": n}
+            row = s.run(f"workers {workers} pin {pin}", measure)
+            if row:
+                rows.append(row)
+                print(f"  workers {workers} pin {pin!s:>5}: {row['steady_img_s']:>10,.0f} img/s", flush=True)
+            s.save(rows=rows)
+    copy = {}
+    x = torch.randn(512, 1, 28, 28)
+    for pin in (False, True):
+        src = x.pin_memory() if pin and not s.dry else x
+
+        def time_copies():
+            for _ in range(3):
+                src.to(s.device, non_blocking=pin)
+            _sync(s.device)
+            t0 = time.perf_counter()
+            for _ in range(200):
+                src.to(s.device, non_blocking=pin)
+            _sync(s.device)
+            return (time.perf_counter() - t0) / 200 * 1e6
+        copy[f"pinned={pin}"] = s.run(f"copy pinned={pin}", time_copies)
+        s.save(host_to_device_copy_us_per_512_batch=copy)
+
+
+def allocator(s: Section) -> None:
+    import torch
+
+    from mnist_helpers.lessons import l05_precision_memory as lesson
+    from mnist_helpers.memory import run_isolated
+
+    def steps():  # allocated vs reserved around 3 training steps of the article's Net, peak reset first
+        from mnist_helpers.models import Net
+
+        model = Net().to(s.device)
+        opt = torch.optim.Adam(model.parameters(), 1e-3)
+        X = torch.randn(512, 1, 28, 28, device=s.device)
+        y = torch.randint(0, 10, (512,), device=s.device)
+        if s.device.type == "cuda":
+            torch.cuda.synchronize(s.device)
+            torch.cuda.reset_peak_memory_stats(s.device)
+        for _ in range(3):
+            torch.nn.functional.nll_loss(model(X), y).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        if s.device.type != "cuda":
+            return {"cpu": "no caching-allocator counters on a CPU"}
+        torch.cuda.synchronize(s.device)
+        return {"allocated_mib": torch.cuda.memory_allocated(s.device) / 2**20,
+                "reserved_mib": torch.cuda.memory_reserved(s.device) / 2**20,
+                "max_allocated_mib": torch.cuda.max_memory_allocated(s.device) / 2**20,
+                "max_reserved_mib": torch.cuda.max_memory_reserved(s.device) / 2**20}
+    # In-process measurements first; the fresh process (CUDA start-up included) last, as the most likely to be cut.
+    s.save(after_3_steps=s.run("3 training steps", steps))
+    if s.dry:
+        s.save(cuda_only="allocator_fragmentation and empty_cache_cost need CUDA: not run on the CPU")
+        return
+    s.save(fragmentation=s.run("fragmentation", lesson.allocator_fragmentation))
+    s.save(empty_cache_cost=s.run("empty_cache_cost", lambda: lesson.empty_cache_cost(num_steps=20)))
+    s.save(fragmentation_expandable=s.run("fragmentation expandable_segments", lambda: run_isolated(
+        "mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
+        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=25)))
+
+
+def nccl(s: Section) -> None:
+    """all_reduce at world size 1 in this process (the latency floor of a collective; with one GPU there is no
+    bandwidth to share), with a timeout. Two ranks on one GPU are not launched: the launcher refuses them, and
+    its message (one process per GPU) is recorded."""
+    import torch
+    import torch.distributed as dist
+
+    from mnist_helpers.launch import _check_devices
+    from mnist_helpers.ports import free_port
+
+    backend = "gloo" if s.dry else "nccl"
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    try:
+        _check_devices("cuda", 2, gpus, lambda n, dev: f"torchrun --nproc-per-node {n} ... ({dev})")
+        refusal = None
+    except ValueError as e:
+        refusal = str(e)
+    s.save(backend=backend, two_ranks_on_one_gpu_launcher_says=refusal, rows=[])
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+    kw = {} if s.dry else {"device_id": s.device}
+    if s.run("init_process_group", lambda: dist.init_process_group(
+            backend, rank=0, world_size=1, timeout=datetime.timedelta(seconds=30), **kw)) is None \
+            and not dist.is_initialized():
+        return
+    try:
+        for nbytes in [4096, 2**20] if s.dry else [4096, 2**16, 2**20, 2**24, 2**27]:
+            def measure():
+                t = torch.ones(nbytes // 4, device=s.device)
+                for _ in range(3):
+                    dist.all_reduce(t)
+                times = []
+                for _ in range(5):
+                    _sync(s.device)
+                    t0 = time.perf_counter()
+                    for _ in range(20):
+                        dist.all_reduce(t)
+                    _sync(s.device)
+                    times.append((time.perf_counter() - t0) / 20)
+                times.sort()
+                return {"bytes": nbytes, "latency_us": times[len(times) // 2] * 1e6, "backend": backend,
+                        "world_size": 1}
+            row = s.run(f"all_reduce {nbytes}", measure)
+            if row:
+                s.doc["rows"].append(row)
+                print(f"  all_reduce {nbytes:>12,} B: {row['latency_us']:9.1f} us", flush=True)
+            s.save()
+    finally:
+        dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------- packing (no torch import)
+
+def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
+    """manifest.json from ``res/manifest.tsv`` and each section's JSON; pack ``res`` into ``out/ARCHIVE``;
+    copy KEY_FILES beside it. Every step atomic (tmp file + rename): a kill mid-way leaves the last good set."""
+    sections = []
+    tsv = res / "manifest.tsv"
+    rows = [ln.split("\t") for ln in tsv.read_text().splitlines() if ln.strip()] if tsv.exists() else []
+    for name, rc, seconds, limit in rows:
+        path = res / f"{name}.json"
+        doc = {}
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass
+        rc = int(rc)
+        errors = len(doc.get("errors", []))
+        if rc == -1:
+            status = "skipped"  # no time left in the budget
+        elif rc in (124, 137):
+            status = "timeout"
+        elif rc != 0:
+            status = "failed"
+        else:
+            status = "errors" if errors else "ok"
+        if not doc:  # keep one JSON per section in the archive, saying why it holds no data
+            doc = {"section": name, "complete": False, "status": status, "returncode": rc, "errors": []}
+            _atomic(path, json.dumps(doc, indent=1).encode())
+        sections.append({"section": name, "status": status, "returncode": rc, "seconds": int(seconds),
+                         "limit_s": int(limit), "errors": errors, "complete": bool(doc.get("complete")),
+                         "partial_data": not doc.get("complete") and status != "skipped"})
+    first = next((json.loads((res / f"{n}.json").read_text()) for n in SECTIONS if (res / f"{n}.json").exists()
+                  and "torch" in json.loads((res / f"{n}.json").read_text())), {})
+    manifest = {"script": "scripts/device_check.sh", "date_utc": _now(), "total_seconds": total_s,
+                "torch": first.get("torch"), "device": first.get("device"),
+                "dry_run_on_cpu": first.get("dry_run_on_cpu"), "archive": ARCHIVE,
+                "ok": sum(s["status"] == "ok" for s in sections), "sections": sections}
+    _atomic(res / "manifest.json", json.dumps(manifest, indent=1).encode())
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{ARCHIVE}.tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        tar.add(res, arcname="device_check")
+    os.replace(tmp, out / ARCHIVE)
+    for name in KEY_FILES:
+        if (res / name).exists():
+            shutil.copyfile(res / name, out / f".{name}.tmp")
+            os.replace(out / f".{name}.tmp", out / name)
+    return manifest
+
+
+def _atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--section", choices=SECTIONS, help="run this section")
+    ap.add_argument("--res", default=os.environ.get("DEVICE_CHECK_RES"), help="folder for the section JSONs")
+    ap.add_argument("--dry-run", action="store_true", default=os.environ.get("DEVICE_CHECK_DRY") == "1",
+                    help="on the CPU with tiny sizes (tests the code paths, not the GPU)")
+    ap.add_argument("--finalize", metavar="OUT", help="write manifest.json, pack RES into OUT")
+    ap.add_argument("--total-seconds", type=float, default=None, help="recorded in the manifest")
+    args = ap.parse_args(argv)
+    if not args.res:
+        ap.error("give --res FOLDER (or set DEVICE_CHECK_RES)")
+    res = Path(args.res)
+    res.mkdir(parents=True, exist_ok=True)
+    if args.finalize:
+        m = finalize(res, Path(args.finalize), args.total_seconds)
+        print("device_check: " + ", ".join(f"{s['section']} {s['status']}" for s in m["sections"]), flush=True)
+        return 0
+    if not args.section:
+        ap.error("give --section NAME or --finalize OUT")
+    section = Section(args.section, res, args.dry_run)
+    globals()[args.section](section)
+    section.save(complete=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,172 @@
+"""scripts/device_check.sh cannot rot: its CPU dry run runs every section with tiny sizes and the same file packing
+as on the GPU machine (at most 8 files in OUT, an archive with every section's JSON, a manifest with statuses), a
+failing run is recorded while its section carries on, and a section over its limit keeps its place as a timeout."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mnist_helpers.workers.bench import device_check as dc
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "device_check.sh"
+MAX_FILES = 8  # what the device machine sends back from $OUT
+
+
+def run_script(args, out=None, timeout=600, **env):
+    full = {**os.environ, "PYTHON": sys.executable, **env}
+    full.pop("OUT", None)
+    if out is not None:
+        full["OUT"] = str(out)
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, env=full)
+
+
+def archive_members(out: Path) -> dict[str, dict]:
+    """{section file name: its JSON} from OUT/device_check.tar.gz."""
+    docs = {}
+    with tarfile.open(out / dc.ARCHIVE) as tar:
+        for m in tar.getmembers():
+            if m.isfile() and m.name.endswith(".json"):
+                docs[Path(m.name).name] = json.load(tar.extractfile(m))
+    return docs
+
+
+@pytest.mark.slow  # every section on the CPU: about 2 minutes on 2 busy cores
+def test_cpu_dry_run_packs_every_section(tmp_path, mnist_root):
+    out = tmp_path / "out"  # given as $OUT, as on the device machine
+    fail = "speedrun_chain:onecycle,nccl:all_reduce 4096"  # two runs fail: recorded, the rest goes on
+    done = run_script(["--cpu-dry-run"], out=out, DEVICE_CHECK_FAIL=fail, MNIST_DATA_ROOT=str(mnist_root))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    files = sorted(p.name for p in out.rglob("*") if p.is_file())
+    assert len(files) <= MAX_FILES and not [p for p in out.iterdir() if p.is_dir()], files
+    assert set(files) == {dc.ARCHIVE, *dc.KEY_FILES}, files
+    docs = archive_members(out)
+    assert {f"{s}.json" for s in dc.SECTIONS} <= set(docs), sorted(docs)
+    manifest = json.loads((out / "manifest.json").read_text())
+    status = {s["section"]: s["status"] for s in manifest["sections"]}
+    assert list(status) == list(dc.SECTIONS)
+    assert status == {**{s: "ok" for s in dc.SECTIONS}, "speedrun_chain": "errors", "nccl": "errors"}, status
+    assert manifest["dry_run_on_cpu"] is True and manifest["torch"]
+    for name in dc.SECTIONS:
+        assert docs[f"{name}.json"]["complete"] is True, name
+    chain = docs["speedrun_chain.json"]
+    assert [e["what"] for e in chain["errors"]] == ["onecycle"]
+    ran = [r["recipe"] for r in chain["runs"]]
+    assert "onecycle" not in ran and {"tensors", "smallnet", "article"} <= set(ran), ran
+    assert ran[-1] == "article"  # the article's step runs last (time_to_accuracy measured it already)
+    assert [r["bytes"] for r in docs["nccl.json"]["rows"]] == [2**20]
+    assert "asked for 2 processes on cuda" in docs["nccl.json"]["two_ranks_on_one_gpu_launcher_says"]
+    bench = docs["time_to_accuracy.json"]["bench"]
+    assert {r["recipe"] for r in bench["runs"]} == {"article", "fast"} and bench["errors"] == []
+    assert docs["machine.json"]["versions"]["torch"] and docs["machine.json"]["matmul_peak_flops"]
+    assert [r["mode"] for r in docs["amp.json"]["rows"]] == ["fp32", "bf16"]
+    assert len(docs["loader.json"]["rows"]) == 4
+    assert (out / "time_to_accuracy.json").read_text() == json.dumps(docs["time_to_accuracy.json"], indent=1)
+
+
+def test_a_section_over_its_limit_is_a_timeout_with_its_place_kept(tmp_path, mnist_root):
+    done = run_script([str(tmp_path / "out"), "--cpu-dry-run"], timeout=120, DEVICE_CHECK_SECTIONS="nccl",
+                      DEVICE_CHECK_LIMIT_nccl="1", MNIST_DATA_ROOT=str(mnist_root))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert [(s["section"], s["status"], s["limit_s"]) for s in manifest["sections"]] == [("nccl", "timeout", 1)]
+    assert archive_members(tmp_path / "out")["nccl.json"]["status"] == "timeout"
+
+
+def test_without_an_output_folder_it_says_how_to_give_one(tmp_path):
+    done = run_script([], timeout=60)
+    assert done.returncode == 2 and "set OUT" in done.stderr, done.stderr
+    done = run_script(["a", "b"], timeout=60)
+    assert done.returncode == 2 and "usage" in done.stderr
+
+
+def test_on_a_machine_without_gpu_the_real_run_refuses(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    done = run_script([], out=tmp_path / "out", timeout=120)
+    assert done.returncode == 1 and "--cpu-dry-run" in done.stderr, done.stderr
+
+
+def test_finalize_statuses_and_packing(tmp_path):
+    res, out = tmp_path / "res", tmp_path / "out"
+    res.mkdir()
+    rows = [("machine", 0, []), ("time_to_accuracy", 0, [{"what": "fast seed 1"}]), ("speedrun_chain", 124, None),
+            ("amp", 1, None), ("loader", -1, None)]
+    for name, _, errors in rows:
+        if errors is not None:
+            (res / f"{name}.json").write_text(json.dumps({"section": name, "complete": True, "torch": "x",
+                                                          "errors": errors}))
+    (res / "speedrun_chain.json").write_text(json.dumps({"section": "speedrun_chain", "complete": False,
+                                                         "runs": [{"recipe": "tensors"}], "errors": []}))
+    (res / "manifest.tsv").write_text("".join(f"{n}\t{rc}\t3\t30\n" for n, rc, _ in rows))
+    manifest = dc.finalize(res, out, 42.0)
+    got = {s["section"]: (s["status"], s["partial_data"]) for s in manifest["sections"]}
+    assert got == {"machine": ("ok", False), "time_to_accuracy": ("errors", False),
+                   "speedrun_chain": ("timeout", True), "amp": ("failed", True), "loader": ("skipped", False)}
+    docs = archive_members(out)
+    assert {f"{n}.json" for n, *_ in rows} <= set(docs)
+    assert docs["speedrun_chain.json"]["runs"] == [{"recipe": "tensors"}]  # what finished before the limit
+    assert len(list(out.iterdir())) <= MAX_FILES
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_device_check_is_documented_with_the_device_call():
+    readme = (REPO / "README.md").read_text()
+    assert "bash scripts/device_check.sh" in readme and 'carry: ["data"]' in readme
+
+
+def test_fp32_on_cuda_is_ieee_and_tf32_its_own_mode():
+    """The GPU-only switch of compare_precisions, checked without a GPU: the flags are plain attributes."""
+    import torch
+
+    from mnist_helpers.lessons.l05_precision_memory import MODES, _cuda_math
+
+    assert "tf32" in MODES
+    flags = (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")
+    before = [getattr(o, a) for o, a in flags]
+    cuda = torch.device("cuda", 0)
+    for mode, want in (("fp32", False), ("fp32 channels_last", False), ("tf32", True)):
+        with _cuda_math(mode, cuda):
+            assert [getattr(o, a) for o, a in flags] == [want, want], mode
+        assert [getattr(o, a) for o, a in flags] == before
+    torch.backends.cudnn.allow_tf32 = not before[0]
+    try:
+        with _cuda_math("fp32", torch.device("cpu")), _cuda_math("bf16", cuda):  # CPU and autocast: untouched
+            assert torch.backends.cudnn.allow_tf32 is (not before[0])
+    finally:
+        torch.backends.cudnn.allow_tf32 = before[0]
+
+
+def test_a_failing_run_does_not_end_the_benchmark(tmp_path, monkeypatch, capsys):
+    """scripts/bench_time_to_accuracy.py: a run that raises (a graph capture, a compilation) is recorded and the
+    others go on; the JSON says so and the exit code is 1."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_tta", REPO / "scripts" / "bench_time_to_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def fake_compare(recipes, seeds, targets, *, per_recipe, on_run, **kw):
+        (recipe,), (seed,) = recipes, seeds
+        if recipe.name == "smallnet" and seed == 1:
+            raise RuntimeError("CUDA graph capture failed")
+        hit = {"train_s": 1.0 + seed, "wall_s": 2.0, "epochs": 0.5, "steps": 4, "images": 512, "acc": 0.6}
+        on_run({"recipe": recipe.name, "seed": seed, "targets": {f"{t:g}": dict(hit) for t in targets},
+                "final_acc": 0.6, "train_s": 2.0, "wall_s": 3.0, "setup_s": 0.1, "images_per_s": 256.0})
+
+    monkeypatch.setattr(bench.speedrun, "compare", fake_compare)
+    out = tmp_path / "tta.json"
+    code = bench.main(["--seeds", "2", "--device", "cpu", "--fast", "smallnet", "--out", str(out)])
+    doc = json.loads(out.read_text())
+    assert code == 1 and doc["complete"] is True
+    assert doc["errors"] == [{"recipe": "smallnet", "seed": 1, "error": "RuntimeError: CUDA graph capture failed"}]
+    assert [(r["recipe"], r["seed"]) for r in doc["runs"]] == [("article", 0), ("smallnet", 0), ("article", 1)]
+    assert "failed" in capsys.readouterr().err
