@@ -28,6 +28,7 @@ WRONG = {
     "09-1": (24, "percentage"), "09-2": (["distribution", "lr_and_optimizer", "amp_and_accumulation",
                                           "batch_size_and_workers"], "position 1"),
     "10-1": (300, "step"), "10-2": (1.0, "Hint"),
+    "11-1": (16 * 34_389_002 / 2**20, "every rank"), "11-2": ((4096, 256), "RowwiseParallel"),
 }
 
 

@@ -467,6 +467,53 @@ def check_flops_bound(answer) -> Feedback:
     return _say(False, f"{value:,.4g} is not it. Hint: 1e12 / (3 * flops_per_image(FastNet())).")
 
 
+# ---------------------------------------------------------------------------------- 11 beyond data parallel
+def check_zero3_state_mib(answer) -> Feedback:
+    """11-1: MiB of parameters + gradients + AdamW state per rank for ResMLP(1024, 4) under FSDP2 on 4 ranks."""
+    value = _number(answer, "MiB")
+    n = 34_389_002  # ResMLP(width=1024, blocks=4): mnist_helpers.lessons.l11_beyond_dp.n_params(1024, 4)
+    truth = 16 * n / 4 / 2**20
+    if value is None:
+        return _not_a_number(answer, "MiB")
+    if _close(value, truth):
+        return _say(True, f"{truth:,.1f} MiB: 4 bytes each for the weight, its gradient and AdamW's two moments, "
+                          "16 bytes per parameter, and FSDP2 shards all four across the 4 ranks. DDP would hold "
+                          f"{16 * n / 2**20:,.0f} MiB on every rank.")
+    if _close(value, 16 * n / 2**20):
+        return _say(False, "that is what DDP keeps on every rank. FSDP2 shards parameters, gradients and optimizer "
+                           "state: each rank holds a quarter.")
+    if _close(value, (8 * n + 8 * n / 4) / 2**20):
+        return _say(False, "that is ZeRO-1: only the optimizer state sharded. FSDP2 (ZeRO-3) shards the weights and "
+                           "gradients too.")
+    if _close(value, 12 * n / 4 / 2**20) or _close(value, 8 * n / 4 / 2**20):
+        return _say(False, "count again per parameter: the weight, its gradient, and AdamW's exp_avg and "
+                           "exp_avg_sq, 4 bytes each.")
+    return _say(False, f"{value:,.4g} is not it. Hint: 34,389,002 parameters x 16 bytes / 4 ranks / 2**20.")
+
+
+def check_colwise_local_shape(answer) -> Feedback:
+    """11-2: the local weight shape on each rank of nn.Linear(1024, 4096) under ColwiseParallel on 4 ranks."""
+    if answer is ... or answer is None:
+        return _say(False, "Replace the `...` with a pair such as `(rows, cols)`.")
+    try:
+        shape = tuple(int(v) for v in answer)
+    except (TypeError, ValueError):
+        return _say(False, f"expected a pair of ints (rows, cols), got {answer!r}. Replace the `...` with a tuple.")
+    if shape == (1024, 1024):
+        return _say(True, "(1024, 1024): nn.Linear stores its weight as (out_features, in_features) = (4096, 1024); "
+                          "ColwiseParallel shards the output features, dim 0 (Shard(0)), so each rank computes 1,024 "
+                          "of the 4,096 outputs from the full input.")
+    if shape == (4096, 256):
+        return _say(False, "that splits the input features (dim 1, Shard(1)): that is RowwiseParallel. Colwise "
+                           "splits the outputs.")
+    if shape == (4096, 1024):
+        return _say(False, "that is the whole weight; with 4 ranks each holds a quarter of it.")
+    if shape in ((256, 4096), (1024, 4096)):
+        return _say(False, "nn.Linear's weight is (out_features, in_features), not (in, out): start from "
+                           "(4096, 1024).")
+    return _say(False, f"{shape} is not it. Hint: weight (out_features, in_features); Colwise shards dim 0 over 4 ranks.")
+
+
 # ----------------------------------------------------------------------------------------------- the source
 @dataclass(frozen=True)
 class Exercise:
@@ -610,6 +657,16 @@ EXERCISES: list[Exercise] = [
         "check_flops_bound",
         "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = ...  # images per second at best",
         "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = 1e12 / (3 * flops_per_image(FastNet()))"),
+    _ex("11-1", "Sharded state per rank",
+        "`ResMLP(width=1024, blocks=4)` has 34,389,002 parameters. Trained with AdamW in fp32 under FSDP2 (ZeRO-3) on 4 "
+        "ranks, how many MiB of parameters + gradients + optimizer state does **each rank** hold?",
+        "check_zero3_state_mib", "n_params, world_size = 34_389_002, 4\nanswer = ...  # MiB per rank (2**20 bytes)",
+        "n_params, world_size = 34_389_002, 4\nanswer = n_params * (4 + 4 + 4 + 4) / world_size / 2**20"),
+    _ex("11-2", "What ColwiseParallel keeps",
+        "`nn.Linear(1024, 4096)` is parallelised with `ColwiseParallel` on a 4-rank mesh. What is the shape of the "
+        "weight each rank holds locally (`weight.to_local().shape`)? Remember how `nn.Linear` stores its weight.",
+        "check_colwise_local_shape", "answer = ...  # (rows, cols)",
+        "out_features, in_features, ranks = 4096, 1024, 4\nanswer = (out_features // ranks, in_features)"),
 ]
 
 BY_ID = {e.id: e for e in EXERCISES}
