@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.distributed import cleanup, init_distributed
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB, write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, build_training, train_one_epoch
@@ -109,6 +110,7 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bench.accum_nosync", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

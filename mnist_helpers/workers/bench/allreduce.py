@@ -34,6 +34,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.distributed import cleanup, init_distributed
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
@@ -156,6 +157,7 @@ def bench_ddp(model_name: str, batch_size: int, variants, steps: int, repeats: i
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     module = "mnist_helpers.workers.bench.allreduce"  # usage: python -m <module> {allreduce,ddp} ...
     ap = argparse.ArgumentParser(prog=f"python -m {module}", description=__doc__,

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.models import build_model
@@ -97,6 +98,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv=None) -> int:
     main(parse(argv))
     return 0

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import load_mnist
 from mnist_helpers.distributed import cleanup
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.workers.beyond.common import build, global_batch, init_group
@@ -70,6 +71,7 @@ def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 1
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.compile_ddp", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

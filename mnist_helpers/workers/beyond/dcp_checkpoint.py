@@ -31,6 +31,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.data import load_mnist
 from mnist_helpers.distributed import cleanup
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.workers.beyond.common import build, global_batch, init_group
 
@@ -136,6 +137,7 @@ def main(mode: str, path: str, width: int = 128, blocks: int = 2, steps: int = 2
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.dcp_checkpoint", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

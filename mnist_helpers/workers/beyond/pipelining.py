@@ -24,6 +24,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.distributed import cleanup
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.workers.beyond.common import build, init_group
 
@@ -74,6 +75,7 @@ def main(width: int = 64, blocks: int = 2, batch_size: int = 32, microbatches: i
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.pipelining", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

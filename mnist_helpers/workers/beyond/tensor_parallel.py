@@ -23,6 +23,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.distributed import cleanup
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.workers.beyond.common import Block, init_group
 
@@ -69,6 +70,7 @@ def main(width: int = 64, batch_size: int = 16, out: str | None = None) -> dict:
 
 
 @record
+@cli_entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.tensor_parallel", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
