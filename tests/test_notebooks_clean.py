@@ -28,6 +28,8 @@ def test_notebook_is_stripped_and_well_formed(path):
     code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
     assert "import *" not in code and "mnist_helpers" in code
     assert not re.search(r"^\s*!torchrun", code, re.M), "launch through mnist_helpers.launch, not !torchrun"
+    bare = re.findall(r"^\s*assert\s.*", code, re.M)
+    assert not bare, f"no bare assert in a learner's cell (report, e.g. Repro.confirm): {bare}"
 
 
 # a padded field in an f-string or .format ({name:<12}, {x:>8.1f}, {v:6.2f}) or str.ljust/rjust: a column lined up

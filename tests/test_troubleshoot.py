@@ -141,3 +141,16 @@ def test_telling_line_strips_prefixes():
     text = "noise\n[rank 0] [rank0]: RuntimeError: Timed out waiting 3000ms\nmore"
     assert ts.telling_line(text, "timed out") == "RuntimeError: Timed out waiting 3000ms"
     assert ts.telling_line(text, "absent") == ""
+
+
+def test_confirm_reports_without_raising(capsys):
+    rec = ts.Repro("demo", "RuntimeError: EADDRINUSE", "why", "fix", True)
+    assert rec.confirm("EADDRINUSE", checks={"a fact": True}) and rec.details["as_described"]
+    assert "shown as described" in capsys.readouterr().out
+    bad = ts.Repro("demo", "something else", "why", "fix", False)
+    assert not bad.confirm("EADDRINUSE", checks={"a fact": False})
+    out = capsys.readouterr().out
+    assert "NOT as described" in out and "'EADDRINUSE'" in out and "a fact" in out and "STILL FAILS" in out
+    gpu_only = ts.Repro("demo", "", "why", "fix", None)
+    assert gpu_only.confirm(fix_shown=False) and "not shown on this machine" in capsys.readouterr().out
+    assert not gpu_only.confirm()

@@ -100,6 +100,22 @@ class Repro:
         display.show({"error": self.error or "(silent: no error is raised)", "diagnosis": self.diagnosis,
                       "fix": self.fix, "fixed run": STATUS[self.fixed_ok]}, caption=self.name)
 
+    def confirm(self, *expected: str, checks: dict[str, bool] | None = None, fix_shown: bool = True) -> bool:
+        """Say in one line whether this machine showed the problem as the lesson describes: every ``expected``
+        text in the error line, every named ``checks`` true, and the fixed run passing (``fix_shown=False``: a
+        fix this machine cannot show, ``fixed_ok`` None, is accepted). Records the answer in
+        ``details["as_described"]`` and returns it; never raises: a notebook reports, it does not assert."""
+        problems = [f"the error line lacks {e!r}" for e in expected if e not in self.error]
+        problems += [f"not so: {label}" for label, ok in (checks or {}).items() if not ok]
+        if not (self.fixed_ok is True or (self.fixed_ok is None and not fix_shown)):
+            problems.append(f"fixed run: {STATUS[self.fixed_ok]}")
+        self.details["as_described"] = not problems
+        done = ("error reproduced, fix passes" if self.fixed_ok else f"as far as this machine can: fixed run "
+                f"{STATUS[self.fixed_ok]}")
+        print(f"{self.name}: " + (f"shown as described ({done})" if not problems else
+                                  "NOT as described on this machine: " + "; ".join(problems)))
+        return not problems
+
 
 def records_table(records) -> pd.DataFrame:
     """One row per record: the problem, whether its error was reproduced here, whether the fixed run passed."""
