@@ -184,6 +184,13 @@ def select_device(spec: str = "auto", local_rank: int = 0) -> torch.device:
     return dev
 
 
+def synchronize(device: torch.device | str) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): call it before reading a clock around GPU work."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python, NumPy and torch (all devices) so a run can be repeated."""
     random.seed(seed)
@@ -299,13 +306,17 @@ def _not_ours(path: Path, why: str) -> SnapshotError:
                          f"delete it (rm {path}) to start from scratch, or point --snapshot at another file")
 
 
+def _run_settings(cfg: TrainConfig, world_size: int) -> dict:
+    return {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
+
+
 def save_snapshot(snap: dict, path, cfg: TrainConfig, world_size: int = 1):
     """``snap`` (model, optimizer, ... as the workers build it) plus the format tag, its version and the run's
     settings, written atomically (``io.atomic_save``). ``load_snapshot`` checks all three."""
     from mnist_helpers.io import atomic_save
 
-    run = {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
-    return atomic_save({**snap, "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, "run": run}, path)
+    return atomic_save({**snap, "format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION,
+                        "run": _run_settings(cfg, world_size)}, path)
 
 
 def load_snapshot(path, cfg: TrainConfig, world_size: int = 1, device="cpu") -> dict:
@@ -333,8 +344,7 @@ def load_snapshot(path, cfg: TrainConfig, world_size: int = 1, device="cpu") -> 
     missing = [k for k in SNAPSHOT_KEYS if k not in snap]
     if missing or not isinstance(snap.get("run"), dict):
         raise _not_ours(path, f"missing {', '.join(missing) or 'run'}")
-    here = {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
-    diffs = [(k, snap["run"].get(k), v) for k, v in here.items() if snap["run"].get(k) != v]
+    diffs = [(k, snap["run"].get(k), v) for k, v in _run_settings(cfg, world_size).items() if snap["run"].get(k) != v]
     if diffs:
         said = "; ".join(f"{_RUN_FLAGS.get(k, k)}: snapshot {a!r}, this run {b!r}" for k, a, b in diffs)
         flags = ", ".join(f"{a} processes" if k == "world_size" else f"--{k.replace('_', '-')} {a}"

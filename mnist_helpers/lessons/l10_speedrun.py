@@ -48,7 +48,7 @@ from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.display import show, table
 from mnist_helpers.models import MODELS, build_model, flops_per_image
 from mnist_helpers.train import (AMP_DTYPES, TrainConfig, evaluate, make_train_batches, seed_everything,
-                                 select_device, train_step)
+                                 select_device, synchronize, train_step)
 
 LEVELS = ("hardware", "framework", "task")
 DATA_PATHS = ("dataloader", "tensors", "device")
@@ -175,7 +175,7 @@ def fastest(device: str | torch.device = "cpu", choice: dict | None = None, *, m
     machine's cached choice (``results/choices.json``), else a fresh measurement if ``measure`` (about 30-60 s on a
     2-core CPU, the compilations included), else float32 eager, said to be unmeasured. ``log`` prints
     the one line that says which and why (None: silent)."""
-    device = select_device(device) if isinstance(device, str) and device == "auto" else torch.device(device)
+    device = _device(device)
     base = [r for r in chain(device) if r.name == "smallnet"][0]
     why = None
     if choice is None:
@@ -234,6 +234,11 @@ def skip_reason(recipe: Recipe, device: torch.device | str) -> str | None:
 SETTINGS = ("amp", "channels_last", "compile")
 
 
+def _device(device: str | torch.device) -> torch.device:
+    """``auto`` resolved on this machine; any other name taken as given (a ladder can be built for cuda anywhere)."""
+    return select_device(device) if device == "auto" else torch.device(device)
+
+
 def settings_label(r) -> str:
     """'bf16 + channels_last, compiled' for a Recipe or a settings dict."""
     get = (lambda k: r[k]) if isinstance(r, dict) else (lambda k: getattr(r, k))
@@ -276,7 +281,7 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
     """
     import datetime
 
-    device = select_device(device) if isinstance(device, str) and device == "auto" else torch.device(device)
+    device = _device(device)
     candidates = candidates or candidate_settings(device)
     if not isinstance(blocks, int) or blocks < 1 or not (isinstance(block_s, (int, float)) and block_s > 0):
         raise ValueError(f"blocks must be a positive integer and block_s a positive number of seconds, "
@@ -303,12 +308,12 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
             t0 = time.perf_counter()
             for _ in range(3):
                 one()
-            _sync(device)
+            synchronize(device)
             row["setup_s"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             for _ in range(3):
                 one()
-            _sync(device)
+            synchronize(device)
             step_s = (time.perf_counter() - t0) / 3
             row["steps_per_block"] = max(3, math.ceil(block_s / max(step_s, 1e-6)))
             runners.append((row, one, []))
@@ -317,11 +322,11 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
     for _ in range(blocks):
         for row, one, rates in runners:
             try:
-                _sync(device)
+                synchronize(device)
                 t0 = time.perf_counter()
                 for _ in range(row["steps_per_block"]):
                     one()
-                _sync(device)
+                synchronize(device)
                 rates.append(row["steps_per_block"] * len(y) / (time.perf_counter() - t0))
             except Exception as e:
                 row.update(status="failed", error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
@@ -371,11 +376,6 @@ def pick_setting(rows: list[dict], margin: float = 0.05) -> tuple[dict, str]:
         why += (f"; {settings_label(fastest_row)} measured {fastest_row['images_per_s']:,.0f} img/s, within "
                 f"{margin:.0%} or the spread, so the simpler setting is kept")
     return best, why + ")"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def machine_key(device: str | torch.device = "cpu") -> str:

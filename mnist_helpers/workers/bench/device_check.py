@@ -23,13 +23,14 @@ import datetime
 import importlib.util
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tarfile
 import time
 import traceback
 from pathlib import Path
+
+from mnist_helpers.io import atomic_write, write_json
 
 SECTIONS = ("machine", "time_to_accuracy", "speedrun_chain", "amp", "loader", "allocator", "nccl")
 KEY_FILES = ("manifest.json", "time_to_accuracy.json", "speedrun_chain.json", "machine.json")
@@ -54,8 +55,6 @@ class Section:
         self.save()
 
     def save(self, **fields) -> None:
-        from mnist_helpers.io import write_json
-
         self.doc.update(fields)
         write_json(self.path, self.doc)
 
@@ -77,13 +76,6 @@ class Section:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _sync(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def torchvision_status() -> str | None:
@@ -241,6 +233,7 @@ def loader(s: Section) -> None:
         s.save(skipped=tv)
         return
     from mnist_helpers.data import mnist_datasets
+    from mnist_helpers.train import synchronize
 
     train, _ = mnist_datasets()
     batches = 8 if s.dry else 60  # per measurement: enough for a rate, little enough for the time limit
@@ -258,7 +251,7 @@ def loader(s: Section) -> None:
                         n += len(X.to(s.device, non_blocking=pin))
                         if i + 1 >= batches:
                             break
-                    _sync(s.device)
+                    synchronize(s.device)
                     rates.append(n / (time.perf_counter() - t0))
                 del dl
                 return {"num_workers": workers, "pin_memory": pin, "first_pass_img_s": rates[0],
@@ -276,11 +269,11 @@ def loader(s: Section) -> None:
         def time_copies():
             for _ in range(3):
                 src.to(s.device, non_blocking=pin)
-            _sync(s.device)
+            synchronize(s.device)
             t0 = time.perf_counter()
             for _ in range(200):
                 src.to(s.device, non_blocking=pin)
-            _sync(s.device)
+            synchronize(s.device)
             return (time.perf_counter() - t0) / 200 * 1e6
         copy[f"pinned={pin}"] = s.run(f"copy pinned={pin}", time_copies)
         s.save(host_to_device_copy_us_per_512_batch=copy)
@@ -334,6 +327,7 @@ def nccl(s: Section) -> None:
 
     from mnist_helpers.launch import _check_devices
     from mnist_helpers.ports import free_port
+    from mnist_helpers.train import synchronize
 
     backend = "gloo" if s.dry else "nccl"
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -357,11 +351,11 @@ def nccl(s: Section) -> None:
                     dist.all_reduce(t)
                 times = []
                 for _ in range(5):
-                    _sync(s.device)
+                    synchronize(s.device)
                     t0 = time.perf_counter()
                     for _ in range(20):
                         dist.all_reduce(t)
-                    _sync(s.device)
+                    synchronize(s.device)
                     times.append((time.perf_counter() - t0) / 20)
                 times.sort()
                 return {"bytes": nbytes, "latency_us": times[len(times) // 2] * 1e6, "backend": backend,
@@ -402,7 +396,7 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
             status = "errors" if errors else "ok"
         if not doc:  # keep one JSON per section in the archive, saying why it holds no data
             doc = {"section": name, "complete": False, "status": status, "returncode": rc, "errors": []}
-            _atomic(path, json.dumps(doc, indent=1).encode())
+            write_json(path, doc)
         sections.append({"section": name, "status": status, "returncode": rc, "seconds": int(seconds),
                          "limit_s": int(limit), "errors": errors, "complete": bool(doc.get("complete")),
                          "partial_data": not doc.get("complete") and status != "skipped"})
@@ -412,7 +406,7 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
                 "torch": first.get("torch"), "device": first.get("device"),
                 "dry_run_on_cpu": first.get("dry_run_on_cpu"), "archive": ARCHIVE,
                 "ok": sum(s["status"] == "ok" for s in sections), "sections": sections}
-    _atomic(res / "manifest.json", json.dumps(manifest, indent=1).encode())
+    write_json(res / "manifest.json", manifest)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{ARCHIVE}.tmp"
     with tarfile.open(tmp, "w:gz") as tar:
@@ -420,15 +414,8 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
     os.replace(tmp, out / ARCHIVE)
     for name in KEY_FILES:
         if (res / name).exists():
-            shutil.copyfile(res / name, out / f".{name}.tmp")
-            os.replace(out / f".{name}.tmp", out / name)
+            atomic_write(out / name, (res / name).read_bytes())
     return manifest
-
-
-def _atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> int:
