@@ -311,7 +311,8 @@ def test_bad_input_fails_cleanly(table, case_id):
 
 
 def test_no_case_left_a_results_file(table, tmp_path_factory):
-    written = [p for p in Path(tmp_path_factory.getbasetemp()).rglob("out/*.json")]
+    # the table's own folders only (mktemp("cli_errors") -> cli_errors0, ...): other tests write out/*.json too
+    written = [p for p in Path(tmp_path_factory.getbasetemp()).glob("cli_errors*/out/*.json")]
     assert written == []
 
 
