@@ -15,6 +15,10 @@ import platform
 import socket
 
 
+# the x86 vector features that decide which CPU kernels (and which bf16 speed) torch gets
+SIMD_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
 def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
@@ -44,7 +48,7 @@ def machine_info() -> dict:
         # the ISA torch's CPU kernels use (AVX2, AVX512, ...) and what oneDNN was limited to, if anything:
         # `make test-avx2` runs with ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 on a bigger CPU
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "isa_flags": sorted(cpu_flags() & {"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "asimd", "sve"}),
+        "isa_flags": sorted(cpu_flags() & {*SIMD_FLAGS, "asimd", "sve"}),  # + ARM's NEON and SVE
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "cuda_available": torch.cuda.is_available(),

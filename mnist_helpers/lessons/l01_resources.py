@@ -66,7 +66,7 @@ import torch
 
 from mnist_helpers import experiments
 from mnist_helpers.models import build_model
-from mnist_helpers.resources import cpu_flags, cpu_model, machine_info, usable_cores
+from mnist_helpers.resources import SIMD_FLAGS, cpu_flags, cpu_model, machine_info, usable_cores
 from mnist_helpers.train import check_amp, select_device, train_step
 
 # --------------------------------------------------------------------------- the hardware and framework levels
@@ -86,7 +86,7 @@ def cpu_info() -> dict:
 
     flags = cpu_flags()
     usable = usable_cores()
-    simd = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile") if f in flags]
+    simd = [f for f in SIMD_FLAGS if f in flags]
     return {"cpu_model": cpu_model(), "physical_cores": psutil.cpu_count(logical=False),
             "logical_cores": os.cpu_count(), "usable_cores": usable, "cgroup_cpu_limit": cgroup_cpu_limit(),
             "simd": simd, "load_avg_1min": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None}
