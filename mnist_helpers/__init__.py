@@ -13,6 +13,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     resources    the machine a result was measured on; usable_cores; hardware and framework levels (00, 01)
     memory       peak memory on CPU and CUDA, a fresh process for RSS, is_oom (05, 08)
     experiments  the experiment log every notebook appends to (01)
+    claims       the article's claims (CATALOG), the result file every notebook writes (ResultFile), the load
+                 rule (Contention, busy_verdict), spread(); `make claims` builds the README table from them (01)
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)
     live         live training curves in a notebook; is an IPython kernel running (02)
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
