@@ -179,8 +179,10 @@ class Contention:
 
     def __str__(self) -> str:
         share = "unknown" if self.others_share is None else f"{self.others_share:.0%}"
-        return (f"other processes used {share} of the {self.cores} cores for {self.wall_s:.0f} s "
-                f"(load average {self.load_before:.1f} -> {self.load_after:.1f})" if self.load_before is not None else "" + ("; busy" if self.busy else ""))
+        load = ("" if self.load_before is None else
+                f" (load average {self.load_before:.1f} -> {self.load_after:.1f})")
+        return (f"other processes used {share} of the {self.cores} cores for {self.wall_s:.0f} s{load}"
+                + ("; busy" if self.busy else ""))
 
 
 def busy_verdict(*contentions: Contention | None) -> str | None:
