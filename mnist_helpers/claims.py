@@ -69,6 +69,7 @@ CATALOG: tuple[dict, ...] = tuple(dict(zip(("id", "section", "claim"), row)) for
     ("05.amp_memory_speed", "6", "AMP roughly halves memory and speeds training"),
     ("05.cuda_amp_api", "6, 7, suspect", "Mixed precision through `torch.cuda.amp.autocast` + `GradScaler`"),
     ("05.accumulation_memory", "6, suspect", "Gradient accumulation multiplies memory use"),
+    ("05.loss_leak", "6", "OOM: accumulating `loss` without `.item()` keeps graphs alive"),
     ("06.allreduce_average", "4", "Data parallel: all-reduce-average the gradients, every replica applies the same "
                                   "update"),
     ("06.ddp_hooks", "4", "DDP's hooks all-reduce during `backward()`"),
@@ -92,7 +93,6 @@ CATALOG: tuple[dict, ...] = tuple(dict(zip(("id", "section", "claim"), row)) for
     ("08.port_in_use", "6", "\"Address already in use\": a previous run holds the port"),
     ("08.unused_parameters", "6", "\"Expected to have finished reduction in the prior iteration\": unused "
                                   "parameters; fix or freeze them"),
-    ("08.loss_leak", "6", "OOM: accumulating `loss` without `.item()` keeps graphs alive"),
     ("08.gpu_util_low", "6", "GPU utilisation 0-30% means the GPU waits for data"),
     ("09.tuning_priority", "7", "Tuning priority: batch size & workers, then LR & optimizer, then AMP & "
                                 "accumulation, then distribution"),
