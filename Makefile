@@ -23,7 +23,7 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises
+.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -75,6 +75,10 @@ test-avx2: data
 	$(AVX2_ENV) MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_RESULTS_DIR=$(abspath results/avx2) MNIST_PROFILE=quick \
 	  $(PY) -m pytest --nbmake --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra \
 	  notebooks/05_*.ipynb notebooks/10_*.ipynb
+
+# the README's claims table, regenerated from results/reference/ (tests/test_claims.py checks it is current)
+claims: install
+	$(PY) scripts/make_claims.py
 
 # the README's test command: the unit tests, every notebook in the quick profile, and the AVX2 profile
 test: unit notebooks test-avx2
