@@ -333,7 +333,7 @@ class ResultFile:
 
 # --------------------------------------------------------------------------- numbers in evidence
 
-_NUM = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+_NUM = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:e[-+]?\d+)?")
 
 
 def _flat(v):
@@ -358,12 +358,13 @@ def unsourced_numbers(entry: dict) -> list[str]:
     missing = []
     for tok in _NUM.findall(entry.get("evidence", "")):
         x = float(tok.replace(",", ""))
-        decimals = len(tok.split(".")[1]) if "." in tok else 0
-        if decimals == 0 and abs(x) <= 10:
+        mantissa, _, exp = tok.partition("e")
+        decimals = len(mantissa.split(".")[1]) if "." in mantissa else 0
+        if decimals == 0 and not exp and abs(x) <= 10:
             continue
         if re.search(rf"(?<![\w.]){re.escape(tok)}(?![\w])", context):
             continue
-        tol = 0.5 * 10 ** -decimals + 1e-9
+        tol = 0.5 * 10 ** (-decimals + (int(exp) if exp else 0)) * (1 + 1e-9)
         if any(abs(v - x) <= tol or abs(100 * v - x) <= tol or abs(v / 2**20 - x) <= tol for v in values):
             continue
         missing.append(tok)

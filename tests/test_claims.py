@@ -76,6 +76,8 @@ def test_unsourced_numbers_finds_a_typed_number():
     assert claims.unsourced_numbers(entry) == []
     entry["evidence"] += ", 2.5x faster"
     assert claims.unsourced_numbers(entry) == ["2.5"]
+    entry = {"claim": "x", "regime": "", "numbers": {"diff": 3.7e-9}, "evidence": "differ by 3.7e-09, not 4.1e-09"}
+    assert claims.unsourced_numbers(entry) == ["4.1e-09"]
 
 
 def test_result_file_rejects_what_would_break_the_table(tmp_path):
