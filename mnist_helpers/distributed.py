@@ -132,15 +132,21 @@ def cleanup() -> None:
     "terminate called without an active exception" (SIGABRT) after a successful run (about 1 launch in 10 on a
     busy 2-core machine). Skipped while an exception is propagating (a peer may be gone: no waiting then)."""
     if dist.is_available() and dist.is_initialized():
-        if sys.exc_info()[0] is None and dist.get_world_size() > 1:
-            try:
-                if dist.get_backend() == "gloo":
-                    dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
-                else:
-                    dist.barrier()
-            except Exception:  # a peer already failed: leave anyway; its error is the one to report
-                pass
+        wait_for_peers()
         dist.destroy_process_group()
+
+
+def wait_for_peers(timeout_s: float = 60) -> None:
+    """Every rank meets once more before leaving the group (``cleanup``'s first half, which the workers of 06 call
+    before their own ``dist.destroy_process_group()``). Skipped while an exception is propagating, or alone."""
+    if dist.is_initialized() and sys.exc_info()[0] is None and dist.get_world_size() > 1:
+        try:
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s))
+            else:
+                dist.barrier()
+        except Exception:  # a peer already failed: leave anyway; its error is the one to report
+            pass
 
 
 def shard(n: int, rank: int, world_size: int) -> slice:

@@ -4,6 +4,7 @@
 - ``NetBN``: the same with BatchNorm after each convolution, for the SyncBatchNorm lesson (06),
   1,200,074 parameters.
 - ``FastNet``: a small, fast CNN for the speed lessons (10), 35,890 parameters at the default width.
+- ``MLP``: a one-hidden-layer perceptron for 04's long batch-size sweep, 203,530 parameters at the default width.
 
 ``build_model(name)`` makes one by its name in ``TrainConfig.model``.
 """
@@ -94,7 +95,21 @@ class SpeedNet(nn.Module):
         return F.log_softmax(self.head(torch.flatten(self.features(x), 1)), dim=1)
 
 
-MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet}
+class MLP(nn.Module):
+    """A one-hidden-layer perceptron (784 -> ``width`` ReLU -> 10, log_softmax), no BatchNorm: the plain SGD setting of
+    the linear scaling rule, fast enough on a CPU for many long runs (04's batch-size sweep). 203,530 parameters at
+    width 256. Introduced in 04_batch_size_and_lr."""
+
+    def __init__(self, width: int = 256):
+        super().__init__()
+        self.fc1 = nn.Linear(28 * 28, width)
+        self.fc2 = nn.Linear(width, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.fc2(F.relu(self.fc1(torch.flatten(x, 1)))), dim=1)
+
+
+MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet, "mlp": MLP}
 
 
 def build_model(name: str, width: int | None = None) -> nn.Module:
@@ -106,8 +121,8 @@ def build_model(name: str, width: int | None = None) -> nn.Module:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}") from None
     if width is None:
         return cls()
-    if cls not in (FastNet, SpeedNet):
-        raise ValueError(f"width only applies to fastnet and speednet, not {name!r}; leave width=None")
+    if cls not in (FastNet, SpeedNet, MLP):
+        raise ValueError(f"width only applies to fastnet, speednet and mlp, not {name!r}; leave width=None")
     return cls(width)
 
 

@@ -58,11 +58,19 @@ def test_bad_sweep_arguments(tv, kwargs, match):
 
 
 def test_training_sweep_splits_wait_and_compute(tv):
-    rows = lb.training_sweep(tv, num_workers=(0, 1), batch_size=64, model="fastnet", steps=2, warmup_steps=1)
-    assert [r["loader"] for r in rows] == ["DataLoader, 0 workers", "DataLoader, 1 workers", "TensorBatches on cpu"]
+    made = []
+
+    def make(dataset, batch_size, **kw):  # the notebook passes its own DataLoader construction
+        made.append(kw["num_workers"])
+        return lb.make_loader(dataset, batch_size, **kw)
+    rows = lb.training_sweep(tv, num_workers=(0, 1), batch_size=64, model="fastnet", steps=2, warmup_steps=1,
+                             repeats=2, make=make)
+    assert made == [0, 1, 0, 1], "interleaved rounds, through the given construction"
+    assert [r["loader"] for r in rows] == ["DataLoader, 0 workers", "DataLoader, 1 workers",
+                                           "in-memory batches on cpu"]
     for r in rows:
-        assert 0 < r["wait_fraction"] < 1 and r["images"] == 2 * 64
-        assert r["wait_s"] + r["compute_s"] == pytest.approx(r["images"] / r["images_per_s"])
+        assert 0 < r["wait_fraction"] < 1 and r["images"] == 2 * 64 and len(r["repeats"]) == 2
+        assert min(r["repeats"]) <= r["images_per_s"] <= max(r["repeats"])
 
 
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform")
@@ -100,7 +108,8 @@ def test_uint8_batches_match_normalised_tensors(mnist_root):
 def test_feed_rates_table(mnist_root):
     rows = lb.feed_rates(mnist_root, subset=512, num_workers=(0,), epochs=1, dataloader_max_batches=2)
     names = [r["feed"] for r in rows]
-    assert any(n.startswith("TensorBatches") for n in names) and any(n.startswith("Uint8") for n in names)
+    assert any(n.startswith("TensorBatches") for n in names) and any(n.startswith("uint8") for n in names)
+    assert all(len(r["repeats"]) == 1 for r in rows)
     assert max(r["ratio_vs_dataloader"] for r in rows if r["feed"].startswith("DataLoader")) == pytest.approx(1.0)
 
 
@@ -110,20 +119,36 @@ def test_drop_last_effect(small_mnist):
     assert r["last_batch"] == 44 and r["steps_keep"] == 3 and r["steps_drop"] == 2
     assert r["expected_ratio"] == pytest.approx(math.sqrt(128 / 44))
     assert r["grad_error_last_batch"] > 0 and r["batchnorm_with_one_image"] == "accepted"
+    assert len(r["grad_errors_full_batch"]) == len(r["grad_errors_last_batch"]) == 2
     assert r["batchnorm1d_with_one_sample"].startswith("ValueError")
     with pytest.raises(ValueError, match="need more than batch_size"):
         lb.drop_last_effect(X[:10], y[:10], batch_size=128)
 
 
-def test_worker_verdicts():
-    sweep = [{"num_workers": w, "images_per_s": ips} for w, ips in [(0, 100), (1, 180), (2, 200), (4, 150)]]
-    v = {d["claim"]: d["verdict"] for d in lb.worker_verdicts(sweep, cores=2)}
-    assert v["num_workers = 1/4-1/2 of the CPU cores"] == "close enough here (within 10% of the best)"
-    assert v["too many workers slow things down"] == "holds here"
-    v = {d["claim"]: d["verdict"] for d in lb.worker_verdicts(sweep[:3], cores=2)}
-    assert v["too many workers slow things down"].startswith("not tested")
+def _rows(table):
+    return [{"num_workers": w, "images_per_s": sorted(reps)[len(reps) // 2], "repeats": reps} for w, reps in table]
+
+
+def test_workers_verdict_compares_spreads():
+    rule_wins = _rows([(0, [100, 104, 98]), (1, [180, 190, 185]), (2, [200, 170, 195]), (4, [150, 140, 160])])
+    assert lb.workers_verdict(rule_wins, cores=2)["verdict"] == "holds"       # 1 worker overlaps the best
+    zero_wins = _rows([(0, [300, 310, 305]), (1, [180, 190, 185]), (4, [150, 140, 160])])
+    v = lb.workers_verdict(zero_wins, cores=2)
+    assert v["verdict"] == "does not hold here" and v["best_workers"] == 0 and v["rule_workers"] == 1
+    assert lb.workers_verdict(_rows([(0, [300]), (1, [180])]), cores=2)["verdict"] == "inconclusive"
+    assert lb.workers_verdict(_rows([(0, [3, 3])]), cores=2)["verdict"] == "not testable here"
     with pytest.raises(ValueError, match="no rows with num_workers"):
-        lb.worker_verdicts([], cores=2)
+        lb.workers_verdict([], cores=2)
+
+
+def test_too_many_verdict_needs_a_gap_outside_the_spread():
+    slow = _rows([(0, [300, 310, 305]), (1, [180, 190, 185]), (4, [150, 140, 160])])
+    assert lb.too_many_verdict(slow, cores=2)["verdict"] == "holds"
+    same = _rows([(0, [300, 310, 305]), (4, [298, 312, 300])])
+    assert lb.too_many_verdict(same, cores=2)["verdict"] == "does not hold here"
+    noisy = _rows([(0, [300, 400, 305]), (4, [200, 310, 220])])
+    assert lb.too_many_verdict(noisy, cores=2)["verdict"] == "inconclusive"
+    assert lb.too_many_verdict(slow[:2], cores=2)["verdict"] == "not testable here"
 
 
 def test_widget_degrades_to_static_output(tv, capsys):

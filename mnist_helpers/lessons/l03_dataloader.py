@@ -1,9 +1,14 @@
-"""How fast can data reach the model? DataLoader sweeps, their alternatives and a widget (serves 03_dataloader_tuning).
+"""How fast can data reach the model? The measurement harness of 03_dataloader_tuning: repeats, interleaving,
+sweeps, verdict helpers and a widget.
 
-The DataLoader itself (``make_loader``, ``time_loader``, ``dataset_tensors``) and the training loop that times
-data waits (``train_with_loader``) are core: ``mnist_helpers.data`` and ``mnist_helpers.train``. This module
-holds the notebook's measurements, each returning rows (a list of flat dicts) that the notebook shows as
-DataFrames and plots:
+The notebook writes the lesson itself in its cells: the ``DataLoader(...)`` construction and the in-memory batches.
+Every sweep here takes them as arguments (``make=``: a function ``(dataset, batch_size, *, num_workers,
+pin_memory, prefetch_factor, persistent_workers, multiprocessing_context) -> DataLoader``; ``in_memory=``: a class
+``(X_uint8, y, batch_size)`` with ``set_epoch``) and falls back on the core's ``data.make_loader`` /
+``Uint8Batches`` when called without them (``scripts/bench_loader.py``, the tests). The training loop that times
+data waits (``train_with_loader``) is core. Each measurement returns rows (a list of flat dicts) that the notebook
+shows as DataFrames and plots; rows measured with ``repeats`` keep every repeat's value (``repeats``) so verdicts
+can compare spreads (``claims.separated``):
 
 - datasets: ``make_dataset("torchvision" | "tensor" | "pylist")``: the article's per-sample PIL route, an
   in-memory ``TensorDataset``, and a list of small Python objects (to show refcount page-touching under fork);
@@ -18,7 +23,7 @@ DataFrames and plots:
 - ``feed_rates``: in-memory tensor batches (float32, or ``Uint8Batches`` normalised per batch), GPU-resident
   batches and the DataLoader with per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
-- ``worker_verdicts``: the article's num_workers claims judged from a sweep.
+- ``workers_verdict`` / ``too_many_verdict``: the article's num_workers claims judged from a sweep's repeats.
 - ``loader_widget``: measure the loader once with given settings (a printed line: the static output nbmake
   keeps), and in JupyterLab sliders and a button to measure again.
 """
@@ -39,8 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets,
-                                read_idx, time_loader, verify_mnist)
+from mnist_helpers.claims import separated
+from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets, read_idx,
+                                time_loader, verify_mnist)
 from mnist_helpers.io import MiB
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
@@ -134,10 +140,12 @@ def _first(iterable, max_batches):
 def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4), batch_size: int = 128,
                  pin_memory: Iterable[bool] = (False,), prefetch_factor: Iterable[int] = (2,),
                  persistent_workers: Iterable[bool] = (False,), epochs: int = 2, max_batches: int | None = None,
-                 repeats: int = 1) -> list[dict]:
+                 repeats: int = 1, make=None) -> list[dict]:
     """Loader-only images/s for every combination (workers-only knobs collapse when num_workers == 0).
     ``repeats`` > 1 measures every setting once per round, round after round (so a burst of load from other
-    jobs hits all settings alike), and reports the median; the rows keep every repeat's value too."""
+    jobs hits all settings alike), and reports the median; the rows keep every repeat's value too.
+    ``make``: the function that builds the DataLoader (the notebook's own; default ``data.make_loader``)."""
+    make = make or make_loader
     workers = _workers_list(num_workers)
     _positive_int("repeats", repeats)
     configs, seen = [], set()
@@ -150,8 +158,8 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
     for _ in range(repeats):
         for c in configs:
             w, pin, pf, pers = c
-            loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin, prefetch_factor=pf,
-                                 persistent_workers=pers)
+            loader = make(dataset, batch_size, num_workers=w, pin_memory=pin, prefetch_factor=pf,
+                          persistent_workers=pers)
             runs[c].append(time_loader(loader, epochs=epochs, max_batches=max_batches))
             del loader
     rows = []
@@ -172,37 +180,55 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
 
 def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), batch_size: int = 128,
                    model: str = "net", steps: int = 50, warmup_steps: int = 5, pin_memory: bool = False,
-                   device: str | torch.device = "cpu", tensor_baseline: bool = True) -> list[dict]:
+                   device: str | torch.device = "cpu", tensor_baseline: bool = True, repeats: int = 1,
+                   make=None, in_memory=None) -> list[dict]:
     """Training images/s and data-wait fraction per ``num_workers`` (persistent workers, so worker start-up is
-    paid once, in the warm-up). With ``tensor_baseline`` a last row trains from in-memory ``TensorBatches``."""
-    rows = []
-    for w in _workers_list(num_workers):
-        loader = make_loader(dataset, batch_size, num_workers=w, pin_memory=pin_memory, persistent_workers=w > 0)
-        r = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
-        rows.append({"loader": f"DataLoader, {w} workers", "num_workers": w,
-                     "start_method": torch.multiprocessing.get_start_method() if w else None, **r})
-        del loader
+    paid once, in the warm-up). With ``tensor_baseline`` a last row trains from in-memory batches
+    (``in_memory(X_uint8, y, batch_size)``, default ``Uint8Batches``) built from the same images.
+    ``repeats`` rounds, interleaved; each row reports the median and keeps every round's value (``repeats``)."""
+    _positive_int("repeats", repeats)
+    make = make or make_loader
+    in_memory = in_memory or Uint8Batches
+    dev = select_device(str(device))
+    feeds = [(f"DataLoader, {w} workers", w) for w in _workers_list(num_workers)]
     if tensor_baseline:
         X, y = dataset_tensors(dataset)
-        dev = select_device(str(device))
-        batches = TensorBatches(X.to(dev), y.to(dev), batch_size)
-        r = train_with_loader(batches, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
-        rows.append({"loader": f"TensorBatches on {dev.type}", "num_workers": None, **r})
+        X_u8 = (X.squeeze(1) * STD + MEAN).mul_(255).round_().clamp_(0, 255).to(torch.uint8)
+        feeds.append((f"in-memory batches on {dev.type}", None))
+    runs = {name: [] for name, _ in feeds}
+    for _ in range(repeats):
+        for name, w in feeds:
+            if w is None:
+                batches = in_memory(X_u8.to(dev), y.to(dev), batch_size)
+            else:
+                batches = make(dataset, batch_size, num_workers=w, pin_memory=pin_memory, persistent_workers=w > 0)
+            runs[name].append(train_with_loader(batches, model=model, steps=steps, warmup_steps=warmup_steps,
+                                                device=device))
+            del batches
+    rows = []
+    for name, w in feeds:
+        rs = runs[name]
+        med = statistics.median(r["images_per_s"] for r in rs)
+        mid = min(rs, key=lambda r: abs(r["images_per_s"] - med))  # the round closest to the median
+        rows.append({"loader": name, "num_workers": w,
+                     "start_method": torch.multiprocessing.get_start_method() if w else None, **mid,
+                     "images_per_s": med, "wait_fraction": statistics.median(r["wait_fraction"] for r in rs),
+                     "repeats": [r["images_per_s"] for r in rs]})
     return rows
 
 
 # --------------------------------------------------------------------------- worker memory
 
 def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 256,
-                  multiprocessing_context: str | None = None, max_batches: int | None = None) -> dict:
+                  multiprocessing_context: str | None = None, max_batches: int | None = None, make=None) -> dict:
     """Run one full pass with ``num_workers`` persistent workers, then read every worker's memory with
     psutil: USS (pages only this worker holds: what it really added), PSS (shared pages split between their
     sharers) and RSS (every page it maps, shared ones counted again in each process: the misleading number).
     Returns per-worker means in MiB next to the dataset's own size in the parent."""
     _positive_int("num_workers", num_workers)
     gc.collect()
-    loader = make_loader(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
-                         multiprocessing_context=multiprocessing_context)
+    loader = (make or make_loader)(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
+                                   multiprocessing_context=multiprocessing_context)
     it = iter(loader)
     for _ in _first(it, max_batches):
         pass
@@ -221,7 +247,8 @@ def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 2
 
 
 def memory_sweep(datasets: dict[str, Dataset], *, num_workers: int = 2, batch_size: int = 256,
-                 start_methods: Iterable[str | None] = (None,), max_batches: int | None = None) -> list[dict]:
+                 start_methods: Iterable[str | None] = (None,), max_batches: int | None = None,
+                 make=None) -> list[dict]:
     """``worker_memory`` for each named dataset and start method (``None``: the platform default: ``fork`` on Linux
     up to Python 3.13, ``forkserver`` from 3.14, ``spawn`` on macOS and Windows; name it when the lesson needs one).
 
@@ -234,10 +261,11 @@ def memory_sweep(datasets: dict[str, Dataset], *, num_workers: int = 2, batch_si
     rows = []
     tiny = TensorDataset(torch.zeros(256, 1, 28, 28), torch.zeros(256, dtype=torch.int64))
     for method in start_methods:
-        base = worker_memory(tiny, num_workers=num_workers, batch_size=batch_size, multiprocessing_context=method)
+        base = worker_memory(tiny, num_workers=num_workers, batch_size=batch_size, multiprocessing_context=method,
+                             make=make)
         for name, ds in datasets.items():
             r = worker_memory(ds, num_workers=num_workers, batch_size=batch_size, multiprocessing_context=method,
-                              max_batches=max_batches)
+                              max_batches=max_batches, make=make)
             r["dataset"] = name
             r["baseline_uss_mib"] = base["worker_uss_mib"]
             r["added_uss_mib"] = max(0.0, r["worker_uss_mib"] - base["worker_uss_mib"])
@@ -307,8 +335,8 @@ def raw_uint8(root=None, subset: int | None = None) -> tuple[torch.Tensor, torch
     return X, y
 
 
-def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.device) -> float:
-    """Median images/s over ``epochs`` passes after one warm-up pass; each batch is touched on the device."""
+def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.device) -> list[float]:
+    """Images/s of each of ``epochs`` passes after one warm-up pass; each batch is touched on the device."""
     rates = []
     for epoch in range(epochs + 1):
         batches = make_batches(epoch)
@@ -322,14 +350,18 @@ def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.devi
             torch.cuda.synchronize(device)
         if epoch:  # epoch 0 is the warm-up
             rates.append(n / (time.perf_counter() - t0))
-    return statistics.median(rates)
+    return rates
 
 
 def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, num_workers: Iterable[int] = (0,),
-               epochs: int = 3, dataloader_max_batches: int | None = None) -> list[dict]:
+               epochs: int = 3, dataloader_max_batches: int | None = None, make=None, in_memory=None) -> list[dict]:
     """Images/s delivered to the training device by each way of feeding it, measured side by side in this call.
     ``ratio_vs_dataloader`` divides by the DataLoader (per-sample transforms) with the *fastest* worker count
-    measured here, so the ratio never flatters the in-memory loaders. GPU-resident rows appear only with CUDA."""
+    measured here, so the ratio never flatters the in-memory loaders. GPU-resident rows appear only with CUDA.
+    ``make`` builds the DataLoader, ``in_memory(X_uint8, y, batch_size)`` the uint8 batches normalised per batch
+    (defaults: ``data.make_loader``, ``Uint8Batches``). Each row keeps every pass's rate (``repeats``)."""
+    make = make or make_loader
+    in_memory = in_memory or Uint8Batches
     _positive_int("batch_size", batch_size)
     _positive_int("epochs", epochs)
     workers = _workers_list(num_workers)
@@ -338,9 +370,10 @@ def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, n
     X_f32 = X_u8.unsqueeze(1).float().div_(255.0).sub_(MEAN).div_(STD)
     rows = []
 
-    def add(name, device, make, max_batches=None, note=""):
-        r = _rate(make, epochs, max_batches, device)
-        rows.append({"feed": name, "device": device.type, "images_per_s": r, "note": note})
+    def add(name, device, make_batches, max_batches=None, note=""):
+        rs = _rate(make_batches, epochs, max_batches, device)
+        rows.append({"feed": name, "device": device.type, "images_per_s": statistics.median(rs), "note": note,
+                     "repeats": rs})
 
     devices = [cpu] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     for dev in devices:
@@ -348,8 +381,8 @@ def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, n
         where = "GPU-resident" if dev.type == "cuda" else "in memory"
         add(f"TensorBatches float32 ({where})", dev,
             lambda e, Xd=Xd, yd=yd: _with_epoch(TensorBatches(Xd, yd, batch_size, seed=0), e))
-        add(f"Uint8Batches, normalised per batch ({where})", dev,
-            lambda e, Xu=Xu, yd=yd: _with_epoch(Uint8Batches(Xu, yd, batch_size), e))
+        add(f"uint8, normalised per batch ({where})", dev,
+            lambda e, Xu=Xu, yd=yd: _with_epoch(in_memory(Xu, yd, batch_size), e))
     ds, _ = mnist_datasets(root)
     if subset:
         ds = Subset(ds, range(subset))
@@ -357,12 +390,12 @@ def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, n
     for w in workers:
         loaders = {}
 
-        def make(e, w=w, loaders=loaders):
+        def dataloader(e, w=w, loaders=loaders):
             if "l" not in loaders:  # persistent workers: start-up paid in the warm-up pass
-                loaders["l"] = make_loader(ds, batch_size, num_workers=w, persistent_workers=w > 0,
-                                           pin_memory=target.type == "cuda")
+                loaders["l"] = make(ds, batch_size, num_workers=w, persistent_workers=w > 0,
+                                    pin_memory=target.type == "cuda")
             return loaders["l"]
-        add(f"DataLoader + per-sample transforms, {w} workers", target, make, dataloader_max_batches,
+        add(f"DataLoader + per-sample transforms, {w} workers", target, dataloader, dataloader_max_batches,
             note="to GPU, pinned" if target.type == "cuda" else "")
         loaders.clear()
     best_dl = max(r["images_per_s"] for r in rows if r["feed"].startswith("DataLoader"))
@@ -402,12 +435,13 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
     full = sum(grad(torch.arange(s, min(s + 1024, n))) * min(1024, n - s) for s in range(0, n, 1024)) / n
     g = torch.Generator().manual_seed(seed)
 
-    def rel_err(size):
-        errs = [float((grad(torch.randperm(n, generator=g)[:size]) - full).norm() / full.norm()) for _ in range(trials)]
-        return statistics.median(errs)
+    def rel_errs(size):
+        return [float((grad(torch.randperm(n, generator=g)[:size]) - full).norm() / full.norm()) for _ in range(trials)]
 
-    err_full = rel_err(batch_size)
-    err_last = rel_err(r) if r else float("nan")
+    errs_full = rel_errs(batch_size)
+    errs_last = rel_errs(r) if r else []
+    err_full = statistics.median(errs_full)
+    err_last = statistics.median(errs_last) if r else float("nan")
 
     def one_image(module, x):
         try:
@@ -424,6 +458,7 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
     return {"images": n, "batch_size": batch_size, "last_batch": r, "steps_keep": steps_keep,
             "steps_drop": n // batch_size, "dropped_images": r,
             "grad_error_full_batch": err_full, "grad_error_last_batch": err_last,
+            "grad_errors_full_batch": errs_full, "grad_errors_last_batch": errs_last,
             "noise_ratio": err_last / err_full if r else float("nan"),
             "expected_ratio": math.sqrt(batch_size / r) if r else float("nan"),
             "batchnorm_with_one_image": bn_one, "batchnorm1d_with_one_sample": bn1d_one}
@@ -431,36 +466,65 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
 
 # --------------------------------------------------------------------------- verdicts
 
-def worker_verdicts(sweep: list[dict], cores: int) -> list[dict]:
-    """Verdicts on "num_workers = 1/4-1/2 of the cores" and "too many workers slow things down", computed from a
-    ``loader_sweep`` or ``training_sweep`` table (rows with ``num_workers`` and ``images_per_s``)."""
+def _repeats(row: dict) -> list[float]:
+    return list(row.get("repeats") or [row["images_per_s"]])
+
+
+def workers_verdict(sweep: list[dict], cores: int) -> dict:
+    """"num_workers = 1/4-1/2 of the CPU cores", judged from one sweep (``loader_sweep`` or ``training_sweep`` rows
+    with ``num_workers``, ``images_per_s`` and their ``repeats``). *holds*: the best worker count inside the rule's
+    range is the fastest setting, or its repeats overlap the fastest one's (no difference outside the spread);
+    *does not hold here*: every repeat of the fastest setting is above every repeat of the rule's;
+    *inconclusive*: a single repeat (no spread to judge by)."""
     rows = [r for r in sweep if r.get("num_workers") is not None]
     if not rows:
         raise ValueError("the sweep has no rows with num_workers; run loader_sweep or training_sweep first")
     best = max(rows, key=lambda r: r["images_per_s"])
     lo, hi = max(1, cores // 4), max(1, cores // 2)
     in_rule = [r for r in rows if lo <= r["num_workers"] <= hi]
-    rule_best = max(in_rule, key=lambda r: r["images_per_s"]) if in_rule else None
-    ratio = rule_best["images_per_s"] / best["images_per_s"] if rule_best else float("nan")
-    if rule_best is None:
-        v1 = "not tested (no worker count in the 1/4-1/2 range was measured)"
-    elif ratio >= 0.9:
-        v1 = "holds here" if lo <= best["num_workers"] <= hi else "close enough here (within 10% of the best)"
+    out = {"best_workers": best["num_workers"], "best_images_per_s": best["images_per_s"], "rule_low": lo,
+           "rule_high": hi, "cores": cores}
+    if not in_rule:
+        return {**out, "verdict": "not testable here", "ratio": float("nan")}
+    rule = max(in_rule, key=lambda r: r["images_per_s"])
+    a, b = _repeats(rule), _repeats(best)
+    out.update(rule_workers=rule["num_workers"], rule_images_per_s=rule["images_per_s"],
+               ratio=rule["images_per_s"] / best["images_per_s"], rule_min=min(a), rule_max=max(a),
+               best_min=min(b), best_max=max(b), repeats=min(len(a), len(b)))
+    if rule is best or not separated(a, b):
+        verdict = "holds" if rule is best or min(len(a), len(b)) > 1 else "inconclusive"
     else:
-        v1 = "does not hold here"
-    e1 = (f"best {best['images_per_s']:,.0f} img/s at num_workers={best['num_workers']}; the rule's range "
-          f"{lo}-{hi} on {cores} cores reaches {ratio:.0%} of it")
+        verdict = "does not hold here" if min(len(a), len(b)) > 1 else "inconclusive"
+    return {**out, "verdict": verdict}
+
+
+def too_many_verdict(sweep: list[dict], cores: int, *, margin: float = 0.9) -> dict:
+    """"Too many workers slow things down", judged from one sweep: the slowest worker count above the core count
+    against the fastest setting. *holds*: every repeat of the fastest is above every repeat of the over-subscribed
+    one; *does not hold here*: their repeats overlap and the medians are within ``margin`` (10%);
+    *inconclusive*: overlapping repeats with a larger gap, or a single repeat."""
+    rows = [r for r in sweep if r.get("num_workers") is not None]
+    if not rows:
+        raise ValueError("the sweep has no rows with num_workers; run loader_sweep or training_sweep first")
+    best = max(rows, key=lambda r: r["images_per_s"])
     many = [r for r in rows if r["num_workers"] > cores]
+    out = {"best_workers": best["num_workers"], "best_images_per_s": best["images_per_s"], "cores": cores}
     if not many:
-        v2, e2 = "not tested (no worker count above the core count)", ""
+        return {**out, "verdict": "not testable here", "ratio": float("nan")}
+    worst = min(many, key=lambda r: r["images_per_s"])
+    a, b = _repeats(worst), _repeats(best)
+    ratio = worst["images_per_s"] / best["images_per_s"]
+    out.update(many_workers=worst["num_workers"], many_images_per_s=worst["images_per_s"], ratio=ratio,
+               many_min=min(a), many_max=max(a), best_min=min(b), best_max=max(b), repeats=min(len(a), len(b)))
+    if min(len(a), len(b)) < 2:
+        verdict = "inconclusive"
+    elif separated(a, b) and max(a) < min(b):
+        verdict = "holds"
+    elif not separated(a, b) and ratio >= margin:
+        verdict = "does not hold here"
     else:
-        worst_many = min(many, key=lambda r: r["images_per_s"])
-        drop = worst_many["images_per_s"] / best["images_per_s"]
-        v2 = "holds here" if drop < 0.9 else "does not hold here (more workers than cores cost < 10%)"
-        e2 = (f"num_workers={worst_many['num_workers']} (> {cores} cores) gives {worst_many['images_per_s']:,.0f} img/s, "
-              f"{drop:.0%} of the best")
-    return [{"claim": "num_workers = 1/4-1/2 of the CPU cores", "verdict": v1, "evidence": e1},
-            {"claim": "too many workers slow things down", "verdict": v2, "evidence": e2}]
+        verdict = "inconclusive"
+    return {**out, "verdict": verdict}
 
 
 # --------------------------------------------------------------------------- the widget

@@ -1,297 +1,403 @@
-"""Batch size and learning-rate scaling rules, measured (introduced in 04_batch_size_and_lr).
+"""Batch size and learning-rate scaling, measured (introduced in 04_batch_size_and_lr).
 
 The article: "double the batch, double the LR" (the linear scaling rule, for SGD), "Adam is more complicated",
-"batch 64-256 is reasonable for MNIST; 8 is unstable; 4096 is fast but generalises worse". We test them with
-one sweep: every batch size trains for the *same number of epochs* (so every run sees the same samples and a
-batch twice as big takes half as many steps), under each learning-rate rule:
+"batch 64-256 is reasonable for MNIST; 8 is unstable; 4096 is fast but generalises worse".
 
-- SGD (momentum 0.9): ``fixed`` (base LR everywhere), ``linear`` (LR x batch/base), ``linear+warmup`` (linear,
-  reached by a linear ramp from the base LR over the first ``warmup_frac`` of the steps; Goyal et al. 2017);
-- Adam: ``fixed``, ``linear``, ``sqrt`` (LR x sqrt(batch/base), the rule that matches Adam's noise scaling).
+The lesson's code is written in the notebook's cells (d2l's ``#@save`` style): ``scaled_lr`` (the rules),
+``warmup_factor`` (the ramp) and ``train_run`` (one run: the loop with ``loss.backward()`` and
+``optimizer.step()``). This module holds identical copies (``tests/test_batch_scaling.py`` compares the source
+text with the notebook's ``#@save`` cells) so that ``scripts/bench_batch_scaling.py`` runs the same code.
 
-``train_run`` is one run (the core's ``train_one_epoch``, with an optional warm-up scheduler); ``batch_lr_sweep``
-returns one row per run (test and train accuracy, generalisation gap, time, images/s, the per-step loss noise,
-divergence) and can log every run to the experiment log. ``scaling_verdicts`` turns the rows into verdicts on the
-article's claims. ``explorer_table`` (a DataFrame: batch size x LR rule) and ``batch_explorer`` (that table and a
-plot, with dropdowns in JupyterLab) let the reader browse the sweep.
+The measurement harness: ``fair_plan`` (the runs of a fair test: real doublings from the base batch, the same
+epochs for every batch, a warm-up of about one epoch; plus batch 8 against the base batch at equal epochs, and one
+tiny-step run labelled "where the rule breaks"), ``sweep`` (every run of a plan for every seed, calling back the
+functions it is given), ``judge`` (the four claims' verdicts from the rows, with spread over seeds), ``summary``
+(mean and spread per configuration, a DataFrame), ``explorer_table``/``batch_explorer`` (browse a sweep).
 """
 from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import Callable, Iterable
 
 import pandas as pd
 import torch
+import torch.nn.functional as F
 
+from mnist_helpers.claims import separated, spread
 from mnist_helpers.data import TensorBatches
 from mnist_helpers.display import show
-from mnist_helpers.train import TrainConfig, build_training, evaluate, select_device, train_one_epoch
+from mnist_helpers.models import build_model
+from mnist_helpers.train import evaluate
 
 RULES = {"sgd": ("fixed", "linear", "linear+warmup"), "adam": ("fixed", "linear", "sqrt")}
 BASE_LR = {"sgd": 0.05, "adam": 1e-3}  # SGD: Goyal et al.'s 0.1 per 256 images; Adam: the article's 1e-3
+BASE_BATCH = 128
 
 
-def scaled_lr(rule: str, base_lr: float, base_batch: int, batch_size: int) -> float:
-    """The learning rate a rule gives ``batch_size`` when ``base_lr`` suits ``base_batch``."""
+# ----------------------------------------------------------------- the lesson's code (copies of the notebook's cells)
+
+def scaled_lr(rule, base_lr, base_batch, batch_size):  #@save
+    """The learning rate a rule gives `batch_size` when `base_lr` suits `base_batch`."""
     k = batch_size / base_batch
     if rule == "fixed":
         return base_lr
-    if rule in ("linear", "linear+warmup"):
+    if rule in ("linear", "linear+warmup"):  # Goyal et al. 2017: k times the batch, k times the LR
         return base_lr * k
-    if rule == "sqrt":
+    if rule == "sqrt":  # the square-root rule, often used for Adam
         return base_lr * math.sqrt(k)
     raise ValueError(f"rule must be one of fixed, linear, linear+warmup, sqrt; got {rule!r}")
 
 
-def warmup_factor(step: int, warmup_steps: int, start: float) -> float:
-    """LR multiplier at ``step``: linear from ``start`` to 1 over ``warmup_steps`` steps, then 1."""
+def warmup_factor(step, warmup_steps, start):  #@save
+    """LR multiplier at `step`: a straight line from `start` to 1 over `warmup_steps` steps, then 1."""
     if warmup_steps <= 0 or step >= warmup_steps:
         return 1.0
     return start + (1.0 - start) * step / warmup_steps
 
 
-def _plan(batch_sizes, optimizers, base_batch, rules):
-    """(optimizer, rule, batch_size) triples to run. At ``base_batch`` every rule gives the base LR, so one run
-    stands for all; warm-up only changes anything when the scaled LR exceeds the base (batch > base_batch)."""
-    plan = []
-    for opt in optimizers:
-        for rule in rules.get(opt, RULES[opt]):
-            for b in batch_sizes:
-                if b == base_batch and rule != "fixed":
-                    continue
-                if rule == "linear+warmup" and b < base_batch:
-                    continue
-                plan.append((opt, rule, b))
+def train_run(data, *, batch_size, lr, optimizer_name="sgd", model="mlp", num_epochs=1, warmup_epochs=0.0,
+              warmup_from=None, seed=0, warmup=warmup_factor):  #@save
+    """One run on in-memory tensors `data = (X, y, X_test, y_test)`: SGD (momentum 0.9, Nesterov) or Adam at
+    `lr`, reached by a linear warm-up from `warmup_from` over the first `warmup_epochs` epochs. Returns the test
+    accuracy, the train accuracy (on as many training images), every step's loss, steps and seconds."""
+    X, y, X_test, y_test = data
+    if batch_size > len(X):
+        raise ValueError(f"batch_size={batch_size} is larger than the {len(X)} training images; use more images")
+    torch.manual_seed(seed)
+    net = build_model(model)
+    if optimizer_name == "sgd":
+        optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True)
+    else:
+        optimizer = torch.optim.Adam(net.parameters(), lr=lr)
+    batches = TensorBatches(X, y, batch_size, shuffle=True, drop_last=True, seed=seed)
+    warmup_steps = round(warmup_epochs * len(batches))
+    start = min(1.0, (warmup_from or lr) / lr)  # begin at the LR that suits the small batch
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup(step, warmup_steps, start))
+    step_losses, seconds = [], 0.0
+    for epoch in range(num_epochs):
+        batches.set_epoch(epoch)
+        net.train()
+        t0 = time.perf_counter()
+        for Xb, yb in batches:
+            optimizer.zero_grad()
+            loss = F.nll_loss(net(Xb), yb)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            step_losses.append(loss.item())
+        seconds += time.perf_counter() - t0
+    test = evaluate(net, X_test, y_test, 2000)
+    train = evaluate(net, X[:len(X_test)], y[:len(X_test)], 2000)
+    return {"test_acc": test["acc"], "test_loss": test["loss"], "train_acc": train["acc"],
+            "step_losses": step_losses, "steps": len(step_losses), "warmup_steps": warmup_steps,
+            "seconds": seconds, "images_per_s": len(step_losses) * batch_size / seconds}
+
+
+# ----------------------------------------------------------------- the harness
+
+def loss_noise(step_losses: list[float]) -> float:
+    """How noisy the steps are: standard deviation / mean of the per-step training loss over the second half of
+    training (nan when too short)."""
+    tail = [v for v in step_losses[len(step_losses) // 2:] if math.isfinite(v)]
+    if len(tail) < 2 or statistics.mean(tail) <= 0:
+        return float("nan")
+    return statistics.pstdev(tail) / statistics.mean(tail)
+
+
+def fair_plan(doublings: Iterable[int] = (128, 256, 512, 1024, 2048, 4096), *, num_epochs: int = 10,
+              adam_batches: Iterable[int] = (512, 2048), small_batch: int | None = 8, small_epochs: int = 1,
+              tiny_step_batch: int | None = 4096, tiny_step_epochs: int = 1, base_batch: int = BASE_BATCH) -> list[dict]:
+    """The runs of a fair test, one dict each (group, optimizer, rule, batch_size, num_epochs):
+
+    - ``doubling``: SGD at every batch of ``doublings`` (the base batch first, each the double of the last), with a
+      fixed LR and with the linear rule + warm-up, all for ``num_epochs``;
+    - ``adam``: Adam fixed at the base batch and fixed/linear/sqrt at ``adam_batches``, ``num_epochs``;
+    - ``batch8``: SGD and Adam at ``small_batch`` and at the base batch, fixed LR, ``small_epochs`` (equal epochs);
+    - ``tiny-step``: SGD linear + warm-up at ``tiny_step_batch`` for ``tiny_step_epochs``: "where the rule breaks"
+      (a handful of steps), compared with the base batch's ``batch8``-group run of the same epochs.
+    """
+    doublings = list(doublings)
+    if not doublings or doublings[0] != base_batch:
+        raise ValueError(f"doublings must start at the base batch {base_batch}, e.g. (128, 256, 512)")
+    for a, b in zip(doublings, doublings[1:]):
+        if b != 2 * a:
+            raise ValueError(f"doublings must double at each step; {a} -> {b} is not a doubling")
+    if num_epochs < 1 or small_epochs < 1 or tiny_step_epochs < 1:
+        raise ValueError("epochs must be at least 1")
+    plan = [dict(group="doubling", optimizer="sgd", rule="fixed", batch_size=base_batch, num_epochs=num_epochs)]
+    for b in doublings[1:]:
+        for rule in ("fixed", "linear+warmup"):
+            plan.append(dict(group="doubling", optimizer="sgd", rule=rule, batch_size=b, num_epochs=num_epochs))
+    adam_batches = [b for b in adam_batches if b != base_batch]
+    if adam_batches:
+        plan.append(dict(group="adam", optimizer="adam", rule="fixed", batch_size=base_batch, num_epochs=num_epochs))
+        for b in adam_batches:
+            for rule in RULES["adam"]:
+                plan.append(dict(group="adam", optimizer="adam", rule=rule, batch_size=b, num_epochs=num_epochs))
+    if small_batch:
+        for opt in ("sgd", "adam"):
+            for b in (small_batch, base_batch):
+                plan.append(dict(group="batch8", optimizer=opt, rule="fixed", batch_size=b, num_epochs=small_epochs))
+    if tiny_step_batch:
+        plan.append(dict(group="tiny-step", optimizer="sgd", rule="linear+warmup", batch_size=tiny_step_batch,
+                         num_epochs=tiny_step_epochs))
     return plan
 
 
-def train_run(data, *, batch_size: int, lr: float, optimizer: str = "sgd", model: str = "net", num_epochs: int = 1,
-              warmup_frac: float = 0.0, warmup_from: float | None = None, seed: int = 0, device: str = "cpu", eval_batch_size: int = 1000) -> dict:
-    """One run on in-memory tensors ``data = (X, y, X_test, y_test)``. Returns accuracies (test, and train on
-    as many training images as there are test images), the generalisation gap, time, images/s, steps,
-    the relative per-step loss noise over the second half of training, and ``diverged``."""
-    X, y, X_test, y_test = data
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if batch_size > len(X):
-        raise ValueError(f"batch_size={batch_size} is larger than the {len(X)} training images; use a bigger subset")
-    if not 0.0 <= warmup_frac < 1.0:
-        raise ValueError(f"warmup_frac must be in [0, 1), got {warmup_frac!r}")
-    cfg = TrainConfig(model=model, batch_size=batch_size, lr=lr, optimizer=optimizer, num_epochs=num_epochs,
-                      seed=seed, device=device)
-    dev = select_device(device)
-    batches = TensorBatches(X, y, batch_size, shuffle=True, seed=seed)
-    tr = build_training(cfg, dev, steps_per_epoch=len(batches))
-    total_steps = len(batches) * num_epochs
-    warmup_steps = max(1, int(round(warmup_frac * total_steps))) if warmup_frac > 0 else 0
-    if warmup_steps:
-        # Goyal et al.: start from the LR that suits the small batch (warmup_from) and ramp up to lr.
-        start = min(1.0, (warmup_from or lr) / lr)
-        tr.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            tr.optimizer, lambda s: warmup_factor(s, warmup_steps, start))
-    step_losses: list[float] = []
-    prev = {"mean": 0.0, "images": 0}
-
-    def on_step(step, running_mean):  # recover each step's own loss from the running mean
-        seen = min(step * batch_size, len(X))
-        n = seen - prev["images"]
-        step_losses.append((running_mean * seen - prev["mean"] * prev["images"]) / n if n else float("nan"))
-        prev["mean"], prev["images"] = running_mean, seen
-
-    seconds = images = steps = 0
-    last_loss = float("nan")
-    for epoch in range(1, num_epochs + 1):
-        batches.set_epoch(epoch)
-        prev.update(mean=0.0, images=0)
-        stats = train_one_epoch(tr, batches, cfg, on_step=on_step)
-        seconds += stats["seconds"]
-        images += stats["images"]
-        steps += stats["steps"]
-        last_loss = stats["loss"]
-    ev = evaluate(tr.model, X_test, y_test, eval_batch_size)
-    n = min(len(X), len(X_test))
-    ev_train = evaluate(tr.model, X[:n], y[:n], eval_batch_size)
-    tail = [v for v in step_losses[len(step_losses) // 2:] if math.isfinite(v)]
-    noise = (statistics.pstdev(tail) / statistics.mean(tail)) if len(tail) > 1 and statistics.mean(tail) > 0 \
-        else float("nan")
-    # diverged: the loss blew up beyond chance level (ln 10 = 2.30 for 10 classes) instead of going down
-    diverged = not (math.isfinite(last_loss) and math.isfinite(ev["loss"])) or max(last_loss, ev["loss"]) > 1.5 * math.log(10)
-    return {"test_acc": ev["acc"], "train_acc": ev_train["acc"], "gap": ev_train["acc"] - ev["acc"],
-            "test_loss": ev["loss"], "train_loss": last_loss, "seconds": seconds,
-            "images_per_s": images / seconds if seconds else float("nan"), "steps": steps, "images": images,
-            "loss_noise": noise, "warmup_steps": warmup_steps, "diverged": diverged}
-
-
-def batch_lr_sweep(data, *, batch_sizes: Iterable[int] = (8, 32, 128, 512, 2048, 4096),
-                   optimizers: Iterable[str] = ("sgd", "adam"), rules: dict | None = None, base_batch: int = 128,
-                   base_lr: dict | None = None, model: str = "net", num_epochs: int = 1, warmup_frac: float = 0.25,
-                   seed: int = 0, device: str = "cpu", log_notebook: str | None = None, log_path=None,
-                   tags: Iterable[str] = (),
-                   on_run: Callable[[dict], None] | None = None) -> list[dict]:
-    """Every (optimizer, rule, batch size) run with the same number of epochs; one row per run.
-
-    ``data``: ``(X, y, X_test, y_test)`` tensors. ``log_notebook``: when set, each run is appended to the
-    experiment log (``experiments.log_run``) with tag ``batch-lr`` plus ``tags`` (e.g. a run id to read back).
-    ``on_run(row)`` is called after each run
-    (print progress from it)."""
-    batch_sizes = list(batch_sizes)
-    optimizers = list(optimizers)
-    if not batch_sizes:
-        raise ValueError("batch_sizes must list at least one batch size, e.g. (32, 128, 512)")
-    for b in batch_sizes:
-        if not isinstance(b, int) or isinstance(b, bool) or b < 1:
-            raise ValueError(f"batch sizes must be positive integers, got {b!r}")
-    for o in optimizers:
-        if o not in RULES:
-            raise ValueError(f"optimizer must be sgd or adam, got {o!r}")
-    rules = rules or RULES
-    for o, rs in rules.items():
-        for r in rs:
-            scaled_lr(r, 1.0, 1, 1)  # validates the rule's name
+def sweep(data, plan: list[dict], *, seeds: Iterable[int] = (0,), run: Callable = train_run,
+          lr_rule: Callable = scaled_lr, warmup: Callable = warmup_factor, model: str = "mlp",
+          base_batch: int = BASE_BATCH, base_lr: dict | None = None, warmup_epochs: float = 1.0,
+          on_run: Callable[[dict], None] | None = None) -> list[dict]:
+    """Every run of ``plan`` for every seed; one row per run. ``run``, ``lr_rule`` and ``warmup`` are the
+    notebook's functions (the defaults are this module's copies). Warm-up (``warmup_epochs``, capped at a quarter
+    of the run) applies to the ``linear+warmup`` rule above the base batch. ``on_run(row)`` after each run."""
     base_lr = {**BASE_LR, **(base_lr or {})}
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must list at least one seed, e.g. (0, 1, 2)")
     rows = []
-    for opt, rule, b in _plan(batch_sizes, optimizers, base_batch, rules):
-        lr = scaled_lr(rule, base_lr[opt], base_batch, b)
-        wf = warmup_frac if rule == "linear+warmup" else 0.0
-        m = train_run(data, batch_size=b, lr=lr, optimizer=opt, model=model, num_epochs=num_epochs,
-                      warmup_frac=wf, warmup_from=base_lr[opt], seed=seed, device=device)
-        row = {"optimizer": opt, "rule": rule, "batch_size": b, "lr": lr, **m}
-        rows.append(row)
-        if log_notebook:
-            from mnist_helpers.experiments import log_run
-            log_run(log_notebook, f"{opt}-{rule}-b{b}",
-                    config={"model": model, "optimizer": opt, "rule": rule, "batch_size": b, "lr": lr,
-                            "base_batch": base_batch, "base_lr": base_lr[opt], "num_epochs": num_epochs,
-                            "train_images": len(data[0]), "test_images": len(data[2]), "warmup_frac": wf,
-                            "seed": seed, "device": device},
-                    metrics=m, tags=["batch-lr", *tags], path=log_path)
-        if on_run:
-            on_run(row)
+    for seed in seeds:
+        for p in plan:
+            if p["optimizer"] not in RULES:
+                raise ValueError(f"optimizer must be sgd or adam, got {p['optimizer']!r}")
+            lr = lr_rule(p["rule"], base_lr[p["optimizer"]], base_batch, p["batch_size"])
+            wu = min(warmup_epochs, p["num_epochs"] / 4) if p["rule"] == "linear+warmup" else 0.0
+            m = run(data, batch_size=p["batch_size"], lr=lr, optimizer_name=p["optimizer"], model=model,
+                    num_epochs=p["num_epochs"], warmup_epochs=wu, warmup_from=base_lr[p["optimizer"]], seed=seed,
+                    warmup=warmup)
+            losses = m.pop("step_losses")
+            last = losses[-max(1, len(losses) // 10):]
+            diverged = not all(math.isfinite(v) for v in last + [m["test_loss"]]) or \
+                max(statistics.mean(last), m["test_loss"]) > 1.5 * math.log(10)
+            row = {**p, "seed": seed, "lr": lr, "warmup_epochs": wu, **m, "gap": m["train_acc"] - m["test_acc"],
+                   "loss_noise": loss_noise(losses), "diverged": diverged, "train_images": len(data[0])}
+            rows.append(row)
+            if on_run:
+                on_run(row)
     return rows
 
 
-def rows_for(rows: list[dict], optimizer: str, rule: str, base_batch: int = 128) -> list[dict]:
-    """One rule's curve, sorted by batch size; the shared base-batch run is included in every rule."""
-    out = [r for r in rows if r["optimizer"] == optimizer and (r["rule"] == rule or
-           (r["batch_size"] == base_batch and r["rule"] == "fixed"))]
-    if rule == "linear+warmup":  # below the base batch warm-up is the linear rule
-        out += [r for r in rows if r["optimizer"] == optimizer and r["rule"] == "linear" and r["batch_size"] < base_batch]
-    return sorted(out, key=lambda r: r["batch_size"])
+def _pick(rows, group, optimizer, rule, batch_size, key="test_acc"):
+    return [r[key] for r in rows if r["group"] == group and r["optimizer"] == optimizer and r["rule"] == rule
+            and r["batch_size"] == batch_size]
 
 
-def _acc(rows, optimizer, rule, batch_size, base_batch):
-    for r in rows_for(rows, optimizer, rule, base_batch):
-        if r["batch_size"] == batch_size:
-            return r["test_acc"]
-    return None
+def _m(xs):
+    return statistics.mean(xs) if xs else float("nan")
 
 
-def scaling_verdicts(rows: list[dict], base_batch: int = 128, margin: float = 0.005) -> list[dict]:
-    """Verdicts (claim, verdict, evidence) on the article's four claims from a ``batch_lr_sweep`` table.
-    ``margin``: the accuracy difference (0.005 = half a point) below which two runs count as equal."""
-    if not rows:
-        raise ValueError("no runs: call batch_lr_sweep first")
-    sizes = sorted({r["batch_size"] for r in rows})
-    big = [b for b in sizes if b > base_batch]
+def _sd(xs):
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def _pct(xs):  # "98.1±0.1" (percent, one decimal), or "98.1" for one seed
+    return f"{100 * _m(xs):.1f}" + (f"±{100 * _sd(xs):.1f}" if len(xs) > 1 else "")
+
+
+def summary(rows: list[dict]) -> pd.DataFrame:
+    """Mean and spread over seeds per (group, optimizer, rule, batch size): a DataFrame."""
+    keys = []
+    for r in rows:
+        k = (r["group"], r["optimizer"], r["rule"], r["batch_size"], r["num_epochs"])
+        if k not in keys:
+            keys.append(k)
     out = []
-    # 1. linear scaling for SGD
-    if big and any(r["optimizer"] == "sgd" for r in rows):
-        wins, ev = 0, []
-        for b in big:
-            fixed = _acc(rows, "sgd", "fixed", b, base_batch)
-            lin = max(a for a in (_acc(rows, "sgd", "linear", b, base_batch),
-                                  _acc(rows, "sgd", "linear+warmup", b, base_batch), -1.0) if a is not None)
-            if fixed is None or lin < 0:
-                continue
-            wins += lin > fixed + margin
-            ev.append(f"b{b}: fixed {fixed:.1%} vs linear(best of +/-warm-up) {lin:.1%}")
-        # the same rule read downwards: halve the batch, halve the LR
-        down, ev_down = 0, []
-        for b in [b for b in sizes if b < base_batch]:
-            fixed, lin = _acc(rows, "sgd", "fixed", b, base_batch), _acc(rows, "sgd", "linear", b, base_batch)
-            if None not in (fixed, lin):
-                down += lin > fixed + margin
-                ev_down.append(f"b{b}: fixed {fixed:.1%} vs linear {lin:.1%}")
-        v = ("holds here" if wins == len(ev) and ev else "partly holds here" if wins else "does not hold here")
-        if ev_down and down == len(ev_down) and wins < len(ev):
-            v += " going up; it holds going down (smaller batch, smaller LR)"
-        out.append({"claim": "double the batch, double the LR (SGD)", "verdict": v,
-                    "evidence": f"linear scaling beats a fixed LR at {wins}/{len(ev)} batch sizes > {base_batch}: "
-                                + "; ".join(ev) + (f"; below {base_batch} at {down}/{len(ev_down)}: " + "; ".join(ev_down)
-                                                   if ev_down else "")})
-    # 2. Adam is different: at the largest batch, does sqrt beat linear (and linear help less than for SGD)?
-    if big and any(r["optimizer"] == "adam" for r in rows):
-        b = big[-1]
-        a_lin, a_sqrt, a_fix = (_acc(rows, "adam", r, b, base_batch) for r in ("linear", "sqrt", "fixed"))
-        s_lin, s_fix = (_acc(rows, "sgd", r, b, base_batch) for r in ("linear", "fixed"))
-        if None in (a_lin, a_sqrt, a_fix):
-            v, e = "not tested", "the sweep lacks Adam linear/sqrt/fixed runs at a batch above the base"
+    for g, o, rule, b, e in keys:
+        rs = [r for r in rows if (r["group"], r["optimizer"], r["rule"], r["batch_size"], r["num_epochs"])
+              == (g, o, rule, b, e)]
+        acc = [r["test_acc"] for r in rs]
+        out.append({"group": g, "optimizer": o, "rule": rule, "batch_size": b, "epochs": e, "lr": rs[0]["lr"],
+                    "steps": rs[0]["steps"], "seeds": len(rs), "test_acc": _m(acc), "test_acc_sd": _sd(acc),
+                    "gap": _m([r["gap"] for r in rs]), "loss_noise": _m([r["loss_noise"] for r in rs]),
+                    "images_per_s": _m([r["images_per_s"] for r in rs]),
+                    "diverged": sum(r["diverged"] for r in rs)})
+    return pd.DataFrame(out)
+
+
+def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = None) -> dict[str, dict]:
+    """The four claims' verdicts from ``sweep`` rows of a ``fair_plan``: ``{claim id: {verdict, evidence,
+    numbers}}``. A difference counts only when the seeds' values do not overlap (``claims.separated``); with one
+    seed nothing is separated, so accuracy claims come out "inconclusive". ``busy``: ``claims.busy_verdict`` of the
+    timings (only the speed part of 04.batch4096 depends on time)."""
+    if not rows:
+        raise ValueError("no runs: call sweep() first")
+    out: dict[str, dict] = {}
+    # 1. double the batch, double the LR (SGD, with warm-up)
+    base = _pick(rows, "doubling", "sgd", "fixed", base_batch)
+    bigs = sorted({r["batch_size"] for r in rows if r["group"] == "doubling" and r["batch_size"] > base_batch})
+    if base and bigs:
+        lin = {b: _pick(rows, "doubling", "sgd", "linear+warmup", b) for b in bigs}
+        fix = {b: _pick(rows, "doubling", "sgd", "fixed", b) for b in bigs}
+        kept = {b: not (separated(lin[b], base) and _m(lin[b]) < _m(base)) for b in bigs}  # not clearly below base
+        beats = {b: separated(lin[b], fix[b]) and _m(lin[b]) > _m(fix[b]) for b in bigs}
+        upto = 0
+        for b in bigs:
+            if not kept[b]:
+                break
+            upto = b
+        if upto == bigs[-1]:
+            verdict = "holds"
+        elif upto:
+            verdict = "holds with nuance"
         else:
-            adam_gain = a_lin - a_fix
-            sgd_gain = (s_lin - s_fix) if None not in (s_lin, s_fix) else None
-            differs = a_sqrt > a_lin + margin or (sgd_gain is not None and sgd_gain - adam_gain > margin)
-            v = "holds here" if differs else "does not hold here"
-            e = (f"batch {b}: Adam fixed {a_fix:.1%}, linear {a_lin:.1%}, sqrt {a_sqrt:.1%}"
-                 + (f"; linear scaling gains SGD {sgd_gain:+.1%} but Adam {adam_gain:+.1%}" if sgd_gain is not None else ""))
-        out.append({"claim": "Adam is different (linear scaling is not its rule)", "verdict": v, "evidence": e})
-    # 3. batch 8 is unstable (fixed LR, the article's set-up)
-    small = sizes[0]
-    base_rows = [r for r in rows if r["batch_size"] == base_batch and r["rule"] == "fixed"]
-    small_rows = [r for r in rows if r["batch_size"] == small and r["rule"] == "fixed"]
-    if small < base_batch and base_rows and small_rows:
-        ev, unstable = [], 0
-        for s in small_rows:
-            b = next(r for r in base_rows if r["optimizer"] == s["optimizer"])
-            bad = s["diverged"] or s["test_acc"] < b["test_acc"] - 2 * margin
-            unstable += bad
-            ev.append(f"{s['optimizer']}: batch {small} {s['test_acc']:.1%} (loss noise {s['loss_noise']:.2f}) vs "
-                      f"batch {base_batch} {b['test_acc']:.1%} (noise {b['loss_noise']:.2f})")
-        v = ("holds here" if unstable == len(small_rows) else "partly holds here" if unstable
-             else "does not hold here (noisier steps, but it trains fine)")
-        out.append({"claim": f"batch {small} is unstable", "verdict": v, "evidence": "; ".join(ev)})
-    # 4. the largest batch is fast but generalises worse
-    top = sizes[-1]
-    if top > base_batch and base_rows:
-        ev, fast, worse, wider = [], 0, 0, 0
-        for b in base_rows:
-            cands = [r for r in rows if r["optimizer"] == b["optimizer"] and r["batch_size"] == top]
-            if not cands:
+            verdict = "does not hold here"
+        numbers = {"base_batch": base_batch, "batches": bigs, "base_acc": _m(base), "base_acc_sd": _sd(base),
+                   "linear_acc": [_m(lin[b]) for b in bigs], "linear_acc_sd": [_sd(lin[b]) for b in bigs],
+                   "fixed_acc": [_m(fix[b]) for b in bigs], "fixed_acc_sd": [_sd(fix[b]) for b in bigs],
+                   "holds_up_to_batch": upto, "linear_beats_fixed_at": [b for b in bigs if beats[b]],
+                   "seeds": len(base)}
+        ev = (f"batch {'/'.join(map(str, bigs))}, LR x batch/{base_batch} + warm-up: "
+              + "/".join(f"{100 * _m(lin[b]):.1f}" for b in bigs)
+              + f"% vs batch {base_batch}: {_pct(base)}%; fixed LR: " + "/".join(f"{100 * _m(fix[b]):.1f}" for b in bigs)
+              + f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)")
+        numbers["max_sd"] = max(_sd(x) for x in list(lin.values()) + list(fix.values()))
+        tiny = [r for r in rows if r["group"] == "tiny-step"]
+        if tiny:
+            tb, te = tiny[0]["batch_size"], tiny[0]["num_epochs"]
+            tiny_acc = [r["test_acc"] for r in tiny]
+            ref = _pick([r for r in rows if r["num_epochs"] == te], "batch8", "sgd", "fixed", base_batch)
+            numbers.update({"tiny_step_batch": tb, "tiny_step_steps": tiny[0]["steps"], "tiny_step_acc": _m(tiny_acc),
+                            "tiny_step_ref_acc": _m(ref)})
+            ev += (f"; where the rule breaks: batch {tb} for {te} epoch(s) ({tiny[0]['steps']} steps) "
+                   f"{100 * _m(tiny_acc):.1f}%" + (f" vs {100 * _m(ref):.1f}% at batch {base_batch}" if ref else ""))
+        out["04.double_batch_double_lr"] = {"verdict": verdict, "evidence": ev, "numbers": numbers}
+    # 2. Adam is more complicated: is the linear rule Adam's rule too?
+    abigs = sorted({r["batch_size"] for r in rows if r["group"] == "adam" and r["batch_size"] > base_batch})
+    if abigs:
+        b = abigs[-1]
+        a = {rule: _pick(rows, "adam", "adam", rule, b) for rule in RULES["adam"]}
+        a_base = _pick(rows, "adam", "adam", "fixed", base_batch)
+        other = max(("fixed", "sqrt"), key=lambda k: _m(a[k]))
+        if separated(a["linear"], a[other]) and _m(a["linear"]) < _m(a[other]):
+            verdict = "holds"
+        elif separated(a["linear"], a[other]) and _m(a["linear"]) > _m(a[other]):
+            verdict = "does not hold here"
+        else:
+            verdict = "inconclusive"
+        numbers = {"batch": b, "base_batch": base_batch, "base_acc": _m(a_base),
+                   **{f"{k}_acc": _m(v) for k, v in a.items()}, **{f"{k}_acc_sd": _sd(v) for k, v in a.items()},
+                   "lr": {k: scaled_lr(k, BASE_LR["adam"], base_batch, b) for k in a},
+                   "linear_diverged": sum(r["diverged"] for r in rows if r["group"] == "adam" and r["rule"] == "linear"
+                                          and r["batch_size"] == b)}
+        ev = (f"Adam at batch {b}: fixed {_pct(a['fixed'])}%, linear {_pct(a['linear'])}%, sqrt {_pct(a['sqrt'])}% "
+              f"(batch {base_batch}: {_pct(a_base)}%)")
+        numbers.update({"fixed_acc_sd": _sd(a["fixed"]), "base_acc_sd": _sd(a_base)})
+        out["04.adam_complicated"] = {"verdict": verdict, "evidence": ev, "numbers": numbers}
+    # 3. batch 8 is unstable: the article means noisy steps; accuracy at equal epochs reported apart
+    smalls = sorted({r["batch_size"] for r in rows if r["group"] == "batch8" and r["batch_size"] < base_batch})
+    if smalls:
+        s = smalls[0]
+        parts, noisier, worse, better, diverged, numbers = [], [], 0, 0, 0, {"batch": s, "base_batch": base_batch}
+        for opt in ("sgd", "adam"):
+            n8, n0 = _pick(rows, "batch8", opt, "fixed", s, "loss_noise"), _pick(rows, "batch8", opt, "fixed",
+                                                                               base_batch, "loss_noise")
+            a8, a0 = _pick(rows, "batch8", opt, "fixed", s), _pick(rows, "batch8", opt, "fixed", base_batch)
+            if not (n8 and n0):
                 continue
-            t = max(cands, key=lambda r: r["test_acc"])  # the best rule there: the fairest comparison
-            speed = t["images_per_s"] / b["images_per_s"]
-            fast += speed > 1.1
-            worse += t["test_acc"] < b["test_acc"] - margin
-            wider += t["gap"] > b["gap"] + margin
-            ev.append(f"{b['optimizer']}: batch {top} ({t['rule']}) {speed:.2f}x the images/s of batch {base_batch}, "
-                      f"test {t['test_acc']:.1%} vs {b['test_acc']:.1%}, gap {t['gap']:+.1%} vs {b['gap']:+.1%}")
-        n = len(ev)
-        v_fast = "fast: yes" if fast == n else "fast: partly" if fast else "fast: no"
-        word = lambda k: "yes" if k == n else "partly" if k else "no"  # noqa: E731
-        v_worse = f"lower test accuracy: {word(worse)}; wider train-test gap: {word(wider)}"
-        out.append({"claim": f"batch {top} is fast but generalises worse", "verdict": f"{v_fast}; {v_worse}",
-                    "evidence": "; ".join(ev)})
+            noisier.append(separated(n8, n0) and _m(n8) > _m(n0))
+            worse += separated(a8, a0) and _m(a8) < _m(a0)
+            better += separated(a8, a0) and _m(a8) > _m(a0)
+            diverged += sum(r["diverged"] for r in rows if r["group"] == "batch8" and r["optimizer"] == opt
+                            and r["batch_size"] == s)
+            numbers.update({f"{opt}_noise": _m(n8), f"{opt}_noise_sd": _sd(n8), f"{opt}_base_noise": _m(n0),
+                            f"{opt}_base_noise_sd": _sd(n0), f"{opt}_acc": _m(a8), f"{opt}_acc_sd": _sd(a8),
+                            f"{opt}_base_acc": _m(a0), f"{opt}_base_acc_sd": _sd(a0)})
+            parts.append(f"{opt.upper()} noise {_m(n8):.2f}±{_sd(n8):.2f} vs {_m(n0):.2f}±{_sd(n0):.2f}, "
+                         f"acc {_pct(a8)}% vs {_pct(a0)}%")
+        numbers["diverged_runs"] = diverged
+        if not noisier:
+            verdict, acc_word = "inconclusive", "no runs"
+        elif diverged:
+            verdict, acc_word = "holds", "diverged"
+        elif all(noisier):
+            verdict = "holds" if worse == len(noisier) else "holds with nuance"
+            acc_word = ("accuracy worse" if worse == len(noisier) else "accuracy better" if better == len(noisier)
+                        else "accuracy inside the noise: no claim" if not (worse or better) else "accuracy mixed")
+        else:
+            verdict, acc_word = ("does not hold here" if not any(noisier) else "holds with nuance"), "steps not noisier"
+        epochs = next(r["num_epochs"] for r in rows if r["group"] == "batch8")
+        out["04.batch8_unstable"] = {
+            "verdict": verdict, "numbers": numbers,
+            "evidence": f"step-loss noise (sd/mean) batch {s} vs {base_batch}, {epochs} epoch(s) each: "
+                        + "; ".join(parts) + f"; {acc_word}"}
+    # 4. batch 4096 (the largest doubling) is fast but generalises worse
+    if bigs and base:
+        top = bigs[-1]
+        cands = {rule: _pick(rows, "doubling", "sgd", rule, top) for rule in ("fixed", "linear+warmup")}
+        best = max(cands, key=lambda k: _m(cands[k]))
+        t_acc = cands[best]
+        ips_t = _pick(rows, "doubling", "sgd", best, top, "images_per_s")
+        ips_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "images_per_s")
+        gap_t = _pick(rows, "doubling", "sgd", best, top, "gap")
+        gap_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "gap")
+        speed = _m(ips_t) / _m(ips_0)
+        fast = separated(ips_t, ips_0) and speed > 1.1
+        worse = separated(t_acc, base) and _m(t_acc) < _m(base)
+        wider = separated(gap_t, gap_0) and _m(gap_t) > _m(gap_0)
+        verdict = busy or ("holds" if fast and (worse or wider) else "holds with nuance" if fast or worse or wider
+                           else "does not hold here")
+        numbers = {"batch": top, "base_batch": base_batch, "rule": best, "speedup": speed,
+                   "images_per_s": _m(ips_t), "base_images_per_s": _m(ips_0), "acc": _m(t_acc), "acc_sd": _sd(t_acc),
+                   "base_acc": _m(base), "base_acc_sd": _sd(base), "gap": _m(gap_t), "base_gap": _m(gap_0),
+                   "fast": fast, "lower_acc": worse, "wider_gap": wider}
+        out["04.batch4096"] = {
+            "verdict": verdict, "numbers": numbers,
+            "evidence": (f"batch {top} ({best}) vs {base_batch}, same epochs: {speed:.2f}x the images/s; test "
+                         f"{_pct(t_acc)}% vs {_pct(base)}%"
+                         + (" (inside the noise)" if not separated(t_acc, base) else "")
+                         + f"; train-test gap {100 * _m(gap_t):+.2f} vs {100 * _m(gap_0):+.2f} pt")}
     return out
 
+
+def regime(rows: list[dict], model: str = "mlp") -> str:
+    """One line: the configuration the sweep's claims were tested in."""
+    seeds = sorted({r["seed"] for r in rows})
+    d = [r for r in rows if r["group"] == "doubling"]
+    epochs = d[0]["num_epochs"] if d else rows[0]["num_epochs"]
+    top = max((r["batch_size"] for r in d), default=0)
+    top_steps = max((r["steps"] for r in d if r["batch_size"] == top), default=0)
+    wu = max((r["warmup_epochs"] for r in d), default=0.0)
+    return (f"{model}, {rows[0]['train_images']:,} training images in memory (drop_last), {epochs} epochs per run "
+            f"(batch {top}: {top_steps} steps), SGD momentum 0.9 LR {BASE_LR['sgd']} / Adam {BASE_LR['adam']} at "
+            f"batch {BASE_BATCH}, warm-up {wu:g} epoch, {len(seeds)} seed(s), 1 thread, CPU")
+
+
+# ----------------------------------------------------------------- browsing a sweep
 
 EXPLORER_METRICS = {"test_acc": "test accuracy", "train_acc": "train accuracy", "gap": "train - test accuracy",
                     "images_per_s": "training images/s", "loss_noise": "step-loss noise", "seconds": "seconds"}
 
 
-def explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> pd.DataFrame:
-    """One row per batch size, one column per LR rule of ``optimizer``, cells = ``metric`` (NaN: not run)."""
+def rows_for(rows: list[dict], optimizer: str, rule: str, base_batch: int = BASE_BATCH) -> list[dict]:
+    """One rule's curve (the same-epoch runs), sorted by batch size; the base batch's fixed run starts every rule."""
+    groups = ("doubling", "adam") if "group" in (rows[0] if rows else {}) else (None,)
+    rs = [r for r in rows if r.get("group") in groups and r["optimizer"] == optimizer]
+    out = [r for r in rs if r["rule"] == rule or (r["batch_size"] == base_batch and r["rule"] == "fixed")]
+    return sorted(out, key=lambda r: r["batch_size"])
+
+
+def explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = BASE_BATCH) -> pd.DataFrame:
+    """One row per batch size, one column per LR rule of ``optimizer``, cells = ``metric`` averaged over seeds
+    (NaN: not run)."""
     if optimizer not in RULES:
         raise ValueError(f"optimizer must be one of {', '.join(RULES)}; got {optimizer!r}")
     if metric not in EXPLORER_METRICS:
         raise ValueError(f"metric must be one of {', '.join(EXPLORER_METRICS)}; got {metric!r}")
     rules = RULES[optimizer]
-    curves = {rule: {r["batch_size"]: r[metric] for r in rows_for(rows, optimizer, rule, base_batch)} for rule in rules}
+    curves = {}
+    for rule in rules:
+        acc: dict[int, list] = {}
+        for r in rows_for(rows, optimizer, rule, base_batch):
+            acc.setdefault(r["batch_size"], []).append(r[metric])
+        curves[rule] = {b: statistics.mean(v) for b, v in acc.items()}
     sizes = sorted({b for c in curves.values() for b in c})
     return pd.DataFrame([{"batch_size": b, **{rule: curves[rule].get(b) for rule in rules}} for b in sizes],
                         columns=["batch_size", *rules])
 
 
-def show_explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = 128) -> None:
+def show_explorer_table(rows: list[dict], optimizer: str, metric: str, base_batch: int = BASE_BATCH) -> None:
     """``explorer_table`` displayed: percentages for accuracies, captioned with the optimizer and metric."""
     df = explorer_table(rows, optimizer, metric, base_batch)
     fmt = "{:.2%}" if metric in ("test_acc", "train_acc", "gap") else "{:,.2f}"
@@ -299,8 +405,8 @@ def show_explorer_table(rows: list[dict], optimizer: str, metric: str, base_batc
          caption=f"{optimizer.upper()} | {EXPLORER_METRICS[metric]}")
 
 
-def batch_explorer(rows: list[dict], base_batch: int = 128, *, optimizer: str = "sgd", metric: str = "test_acc",
-                   interactive: bool = True):
+def batch_explorer(rows: list[dict], base_batch: int = BASE_BATCH, *, optimizer: str = "sgd",
+                   metric: str = "test_acc", interactive: bool = True):
     """The batch-size explorer (04): pick an optimizer and a metric, see every LR rule against batch size.
 
     Shows the table for the starting choice first (the static output nbmake keeps); in JupyterLab
@@ -323,11 +429,11 @@ def batch_explorer(rows: list[dict], base_batch: int = 128, *, optimizer: str = 
     def redraw(_=None):
         out.clear_output(wait=True)
         with out:
+            df = explorer_table(rows, opt_w.value, met_w.value, base_batch)
             show_explorer_table(rows, opt_w.value, met_w.value, base_batch)
             fig, ax = plt.subplots(figsize=(6, 3))
             for rule, marker in zip(RULES[opt_w.value], "os^"):
-                curve = rows_for(rows, opt_w.value, rule, base_batch)
-                ax.plot([r["batch_size"] for r in curve], [r[met_w.value] for r in curve], marker + "-", label=rule)
+                ax.plot(df["batch_size"], df[rule], marker + "-", label=rule)
             ax.set_xscale("log", base=2)
             ax.set_xlabel("batch size")
             ax.set_ylabel(EXPLORER_METRICS[met_w.value])

@@ -21,9 +21,9 @@ Precision, measured:
   when the scale is too large (inf gradients -> the step is skipped, the scale halves).
 
 Gradient accumulation:
-- ``accumulated_gradients`` and ``accumulation_memory``: k micro-batches give the big batch's
-  gradient at a fraction of its activation memory (DDP's ``no_sync`` is the worker
-  ``workers/bench/accum_nosync``).
+- ``accumulated_gradients`` and ``accumulation_memory``: what k micro-batches do to the gradient (the big batch's)
+  and to peak memory (the notebook writes the accumulation step and DDP's ``no_sync`` out in its cells; the
+  2-process timing is the worker ``workers/bench/accum_nosync``).
 
 Memory experiments (run through ``memory.run_isolated`` for a fresh process):
 - ``leak_demo``: summing the loss tensor instead of ``loss.item()`` keeps every batch's graph;
@@ -148,7 +148,8 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     modes (so a busy machine slows all modes alike); images/s is the median block. ``memory``: one
     extra step measured by ``peak_memory`` (persistent vs transient). Then test accuracy (if a test
     set is given) after the ``warmup + repeats * chunk`` steps every mode trained.
-    Rows: mode, amp, scaler, channels_last, batch_size, steps, images_per_s, speedup (vs the first
+    Rows: mode, amp, scaler, channels_last, batch_size, steps, images_per_s (and every block's, for the spread:
+    ``block_images_per_s``), speedup (vs the first
     mode), peak/persistent/transient MiB and the transient ratio vs the first mode, skipped steps,
     test_acc. Pass a dict as ``models`` to get the trained models back, by mode.
     """
@@ -188,7 +189,8 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     for mode, run in runs.items():
         amp, scaler, channels_last = MODES[mode]
         row = {"mode": mode, "amp": amp, "scaler": scaler, "channels_last": channels_last, "batch_size": batch_size,
-               "steps": warmup + repeats * chunk, "images_per_s": statistics.median(run["speeds"])}
+               "steps": warmup + repeats * chunk, "images_per_s": statistics.median(run["speeds"]),
+               "block_images_per_s": list(run["speeds"])}
         if memory:
             batch = next(run["data"])  # a copy taken outside the measurement: the dataset is not counted
             with _cuda_math(mode, device):

@@ -302,6 +302,32 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
          **evidence(hang)})
 
 
+def eval_through_ddp(nproc: int = 2, timeout_s: float = 5.0, launch_timeout: float = 120) -> Repro:
+    """Rank 0 evaluates a BatchNorm model through the DDP wrapper: DDP's forward broadcasts the buffers, a
+    collective the other ranks (waiting in ``barrier()``) never join; a short timeout turns the hang into an error.
+    The fixes: ``model.module`` on rank 0, or every rank evaluates; a model without buffers never hangs."""
+    module = "mnist_helpers.workers.bugs.eval_through_ddp"
+    t0 = time.perf_counter()
+    hang = expect_launch_failure(module, ["--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+    hang_s = time.perf_counter() - t0
+    fixed = launch_ok(module, ["--fix", "module", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+    fixed_all = launch_ok(module, ["--fix", "all", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+    no_buffers = launch_ok(module, ["--model", "net", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+    return Repro(
+        "rank-0 evaluation through the DDP wrapper (hang)",
+        (telling_line(hang.root_cause + "\n" + hang.output, r"Timed out waiting")
+         or telling_line(hang.root_cause + "\n" + hang.output, r"timed out|timeout")),
+        "after a training step, DDP's forward starts with a broadcast of rank 0's buffers (BatchNorm's running "
+        "statistics; broadcast_buffers=True by default), even under no_grad() and eval(); rank 0 evaluating "
+        "alone through the wrapper waits in that broadcast while rank 1 waits in barrier(): a hang until the "
+        f"process-group timeout ({timeout_s:g} s here, 30 min by default)",
+        "evaluate model.module (the bare model: no collective) on rank 0, or let every rank evaluate through the "
+        "wrapper (its own shard, results all-reduced: 06's distributed validation)",
+        bool(fixed) and bool(fixed_all) and fixed.get("world_size") == nproc,
+        {"hang_launch_seconds": hang_s, "timeout_s": timeout_s, "buffers": fixed.get("buffers"),
+         "no_buffer_model_passed": bool(no_buffers), "fixed_all_passed": bool(fixed_all), **evidence(hang)})
+
+
 # --------------------------------------------------------------------------- 5. out of memory
 
 def out_of_memory(batch_size: int = 2048, budget_mib: int = 600, steps: int = 1, model: str = "net",
@@ -631,6 +657,39 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
         "keep the flag",
         good.returncode == 0 and "local_rank from the environment" in good.stdout,
         {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
+
+
+def omp_threads(nproc: int = 1, timeout: float = 120) -> Repro:
+    """torchrun sets ``OMP_NUM_THREADS=1`` in every worker when the variable is unset: shown with a plain torchrun
+    (the variable removed from the environment), then handled by setting it (the launcher's way)."""
+    module = "mnist_helpers.workers.bugs.omp_threads"
+    env = {k: v for k, v in subprocess_env().items() if k != "OMP_NUM_THREADS"}
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+    def run(extra_env: dict, *flags):
+        with tempfile.TemporaryDirectory(prefix="mnist_omp_") as tmp:
+            out = Path(tmp) / "out.json"
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+                   "-m", module, "--out", str(out), *flags]
+            p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra_env}, timeout=timeout)
+            return p, (json.loads(out.read_text()) if out.is_file() else {}), cmd
+    plain = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, env=env, timeout=timeout)
+    plain_threads = int(re.search(r"torch uses (\d+)", plain.stdout).group(1)) if "torch uses" in plain.stdout else None
+    bug, bug_res, bug_cmd = run({})
+    want = max(1, cores // nproc)
+    good, good_res, _ = run({"OMP_NUM_THREADS": str(want)})
+    return Repro(
+        "torchrun sets OMP_NUM_THREADS=1",
+        telling_line(bug.stderr + bug.stdout, r"Setting OMP_NUM_THREADS"),
+        f"plain python: torch uses {plain_threads} thread(s) on {cores} core(s); under torchrun without the variable "
+        f"each of {nproc} processes gets {bug_res.get('torch_threads')} (torchrun sets OMP_NUM_THREADS=1 and warns "
+        "once): a CPU job silently uses fewer cores than it has",
+        f"set it yourself: OMP_NUM_THREADS={want} (cores / processes) in front of torchrun, as "
+        "mnist_helpers.launch.torchrun does (and prints); or torch.set_num_threads in the worker",
+        good.returncode == 0 and good_res.get("torch_threads") == want,
+        {"cores": cores, "plain_threads": plain_threads, "torchrun_threads": bug_res.get("torch_threads"),
+         "torchrun_env": bug_res.get("omp_num_threads_env"), "fixed_threads": good_res.get("torch_threads"),
+         "bug_command": "env -u OMP_NUM_THREADS " + shlex.join(bug_cmd)})
 
 
 # --------------------------------------------------------------------------- the batch-size finder

@@ -43,6 +43,7 @@ from typing import Callable, Iterable
 import pandas as pd
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.display import show, table
@@ -80,6 +81,7 @@ class Recipe:
     compile: bool = False                   # torch.compile the model (compiled in the warm-up, time reported apart)
     cuda_graphs: bool = False               # capture the whole training step in a CUDA graph (GPU only)
     eval_every_steps: int = 50              # default evaluation interval in optimizer steps
+    translate: int = 0                      # augmentation: shift each image by up to this many pixels (0: none)
 
     def __post_init__(self):
         self.validate()
@@ -105,6 +107,10 @@ class Recipe:
                              f"got {self.optimizer!r}, {self.scheduler!r}")
         if self.amp not in AMP_DTYPES:
             raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {self.amp!r}")
+        if not isinstance(self.translate, int) or isinstance(self.translate, bool) or not 0 <= self.translate <= 6:
+            raise ValueError(f"translate must be an integer number of pixels in 0..6, got {self.translate!r}")
+        if self.translate and self.data == "dataloader":
+            raise ValueError("translate augments in-memory tensors: use data='tensors' or 'device'")
         if self.cuda_graphs and not (self.data == "device" and self.drop_last):
             raise ValueError("cuda_graphs needs data='device' and drop_last=True (a captured graph has static "
                              "input shapes and addresses)")
@@ -557,7 +563,8 @@ def _reset(model, opt, init_state):
 def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
                      seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
                      test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
-                     num_epochs: float | None = None,
+                     num_epochs: float | None = None, fine_from: float | None = None,
+                     fine_every_steps: int | None = None,
                      data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
     """Train ``recipe`` once and report when each accuracy target was first reached.
 
@@ -565,7 +572,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     optimizer steps (None: the recipe's default) and at the end. Stops when every target is reached
     (``stop_when="all"``), when the first is (``"first"``), or never early (``"never"``); in any case at the end of
     the recipe's ``num_epochs`` horizon (``num_epochs`` overrides it; it also sets the schedule's length) or after
-    ``max_steps``.
+    ``max_steps``. Near a target the interval can be finer: once an evaluation reaches ``fine_from`` (an accuracy,
+    e.g. 0.985), evaluate every ``fine_every_steps`` steps, so the reported time lies close to the crossing.
 
     Returns a dict: ``recipe``, ``seed``, ``device``, ``targets`` {"0.99": {train_s, wall_s, steps, images,
     epochs, acc} or None when not reached}, ``final_acc``, ``train_s`` (all training), ``wall_s`` (everything),
@@ -580,8 +588,12 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     if num_epochs is not None:
         recipe = recipe.replace(num_epochs=num_epochs)
     every = eval_every_steps or recipe.eval_every_steps
-    if not isinstance(every, int) or every < 1:
-        raise ValueError(f"eval_every_steps must be a positive integer, got {every!r}")
+    fine = fine_every_steps or every
+    for name, v in (("eval_every_steps", every), ("fine_every_steps", fine)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    if fine_from is not None and not 0 < fine_from <= 1:
+        raise ValueError(f"fine_from must be an accuracy in (0, 1], e.g. 0.985; got {fine_from!r}")
     device = select_device(device) if isinstance(device, str) else device
     reason = skip_reason(recipe, device)
     if recipe.requires_cuda and reason:
@@ -611,9 +623,13 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     def lr_at(step):
         return onecycle_lr(step, total_steps, recipe.lr) if recipe.scheduler == "onecycle" else recipe.lr
 
+    aug_gen = torch.Generator(device=device).manual_seed(seed) if recipe.translate else None
+
     def prep(X, y):
         X = X.to(device, non_blocking=True)
         y = y.to(device, non_blocking=True)
+        if recipe.translate:
+            X = random_translate(X, recipe.translate, aug_gen)
         if recipe.channels_last:
             X = X.contiguous(memory_format=torch.channels_last)
         return X, y
@@ -666,7 +682,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     timer = TrainTimer(device)
     reached: dict[str, dict | None] = {f"{t:g}": None for t in targets}
     evals: list[dict] = []
-    step = images = 0
+    step = images = since = 0
     epoch = 0
     done = False
 
@@ -704,8 +720,11 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             else:
                 do_step(X, y)
             step += 1
+            since += 1
             images += len(y)
-            if step % every == 0 or step >= total_steps:
+            near = fine_from is not None and evals and evals[-1]["acc"] >= fine_from
+            if since >= (fine if near else every) or step >= total_steps:
+                since = 0
                 if do_eval():
                     done = True
                     break
@@ -723,8 +742,24 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             "final_acc": evals[-1]["acc"], "train_s": train_s, "wall_s": time.perf_counter() - wall0,
             "setup_s": setup_s, "steps": step, "images": images,
             "images_per_s": images / train_s if train_s > 0 else float("nan"),
-            "eval_every_steps": every, "test_count": len(y_test), "stop_when": stop_when,
+            "eval_every_steps": every, "fine_from": fine_from, "fine_every_steps": fine if fine_from else None,
+            "test_count": len(y_test), "stop_when": stop_when,
             "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
+
+
+def random_translate(X: torch.Tensor, shift: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Each image of the batch moved by its own random offset of up to ``shift`` pixels in x and y, the uncovered
+    border filled with the background (a zero pixel, normalised), on X's device. Digits are not symmetric: no flips.
+    """
+    from mnist_helpers.data import MEAN, STD
+
+    n, c, h, w = X.shape
+    padded = F.pad(X, (shift, shift, shift, shift), value=-MEAN / STD)
+    dy, dx = torch.randint(0, 2 * shift + 1, (2, n, 1), device=X.device, generator=generator)
+    rows = (dy + torch.arange(h, device=X.device))[:, None, :, None]   # (n, 1, h, 1)
+    cols = (dx + torch.arange(w, device=X.device))[:, None, None, :]   # (n, 1, 1, w)
+    return padded[torch.arange(n, device=X.device)[:, None, None, None], torch.arange(c, device=X.device)[:, None, None],
+                  rows, cols]
 
 
 def _release(it) -> None:

@@ -1,40 +1,80 @@
-"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked (06_ddp_fundamentals).
+"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (06_ddp_fundamentals).
 
-Each step keeps the previous one's code lines except those it marks: every line a step adds or
-changes carries its marker (``# DDP:`` in ddp_spawn, ``# torchrun:`` in ddp_train), and a line
-may only disappear if the previous step had marked it. Indentation and blank lines do not count
-(a block moved under ``try:`` is the same code), nor do the module docstrings (each file's
-manual). ``tests/test_worker_progression.py`` enforces it; the notebook prints ``step_report()``.
+Each step keeps the previous one's code and marks what it changes **once per block**, as huggingface/accelerate's
+examples do: every block of added, changed or removed lines carries exactly one marker comment with its reason
+(``# DDP: ...`` in ddp_spawn, ``# torchrun: ...`` in ddp_train), on its own line above the block or at the end of a
+one-line change. A removal leaves a marker comment where the lines were. A marker must say something: a bare
+``# DDP:`` is an error. Blocks are the diff's changed runs; a run only 1-2 unchanged lines after the previous one continues
+its block (a ``try:`` or a ``return`` between two changes is part of the change's story) unless it opens with a
+marker of its own, and a marker comment line inside a changed run opens a new block. Indentation and blank lines do
+not count (a block moved under ``try:`` is the same code), nor do the module docstrings (each file's manual).
+
+``tests/test_worker_progression.py`` enforces it; the notebook prints ``step_report()`` and renders each file
+(``source``) and each step's unified diff (``diff``) with syntax highlighting.
 """
 from __future__ import annotations
 
 import ast
 import difflib
+import re
 from pathlib import Path
 
 WORKERS = Path(__file__).resolve().parents[1] / "workers" / "progression"
 STEPS = (("single.py", None), ("ddp_spawn.py", "# DDP:"), ("ddp_train.py", "# torchrun:"))
 MARKERS = tuple(m for _, m in STEPS if m)
+BRIDGE = 2  # changed runs at most this many unchanged lines apart form one block
+
+
+def _body_start(src: str) -> int:
+    """The line index just after the module docstring (0 without one)."""
+    body = ast.parse(src).body
+    has_doc = body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
+    return body[0].end_lineno if has_doc else 0
 
 
 def code_lines(path: Path) -> list[str]:
     """The file's non-blank lines after its module docstring, without indentation."""
     src = Path(path).read_text()
-    body = ast.parse(src).body
-    has_doc = body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
-    start = body[0].end_lineno if has_doc else 0
-    return [ln.strip() for ln in src.splitlines()[start:] if ln.strip()]
+    return [ln.strip() for ln in src.splitlines()[_body_start(src):] if ln.strip()]
 
 
-def unmarked_changes(prev: list[str], new: list[str], marker: str) -> list[str]:
-    """Lines that break the rule, as readable messages (empty when the step is clean)."""
-    problems = []
+def blocks(prev: list[str], new: list[str]) -> list[dict]:
+    """The step's changed blocks: ``{"added": [...], "removed": [...]}``. Changed runs <= BRIDGE lines apart are
+    joined (the unchanged lines between them counted in ``added``) unless the later run opens with a marker."""
+    runs = []  # (i1, i2, j1, j2): a changed run, split where a marker comment line opens a new block
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=prev, b=new, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        problems += [f"added/changed without {marker!r}: {ln}" for ln in new[j1:j2] if marker not in ln]
-        if j1 == j2:  # lines dropped with nothing in their place: only marked ones may go
-            problems += [f"dropped an unmarked line: {ln}" for ln in prev[i1:i2] if not any(m in ln for m in MARKERS)]
+        cuts = [j for j in range(j1 + 1, j2) if any(new[j].startswith(m) for m in MARKERS)]
+        for k, (a, b) in enumerate(zip([j1, *cuts], [*cuts, j2])):
+            runs.append((i1, i2, a, b) if k == 0 else (i2, i2, a, b))
+    out = []
+    for i1, i2, j1, j2 in runs:
+        starts_marked = j2 > j1 and any(m in new[j1] for m in MARKERS)  # a run that opens with its own marker
+        if out and not starts_marked and j1 - out[-1]["j2"] <= BRIDGE and i1 - out[-1]["i2"] <= BRIDGE:
+            out[-1]["added"] += new[out[-1]["j2"]:j2]
+            out[-1]["removed"] += prev[i1:i2]
+            out[-1]["i2"], out[-1]["j2"] = i2, j2
+        else:
+            out.append({"added": new[j1:j2], "removed": prev[i1:i2], "i2": i2, "j2": j2})
+    return [{"added": b["added"], "removed": b["removed"]} for b in out]
+
+
+def _bare(line: str, marker: str) -> bool:
+    return re.search(re.escape(marker) + r"\s*$", line) is not None
+
+
+def unmarked_changes(prev: list[str], new: list[str], marker: str) -> list[str]:
+    """Blocks that break the rule, as readable messages (empty when the step is clean)."""
+    problems = [f"bare marker (say why): {ln}" for ln in new if any(_bare(ln, m) for m in MARKERS)]
+    for b in blocks(prev, new):
+        first = (b["added"] or b["removed"])[0]
+        marks = [ln for ln in b["added"] if marker in ln]
+        if not marks:
+            what = "removed lines" if not b["added"] else "a block"
+            problems.append(f"{what} without {marker!r} (starting: {first})")
+        elif len(marks) > 1:
+            problems.append(f"{marker!r} {len(marks)} times in one block (mark it once): " + " | ".join(marks))
     return problems
 
 
@@ -46,11 +86,12 @@ def diff_counts(prev: list[str], new: list[str]) -> dict:
         else:
             added += j2 - j1
             dropped += i2 - i1
-    return {"kept": kept, "added_or_changed": added, "dropped_or_replaced": dropped}
+    return {"kept": kept, "added_or_changed": added, "dropped_or_replaced": dropped,
+            "blocks": len(blocks(prev, new))}
 
 
 def step_report(workers: Path = WORKERS) -> list[dict]:
-    """One row per step: lines kept, added/changed, dropped, and the rule's violations."""
+    """One row per step: lines kept, added/changed, dropped, blocks, and the rule's violations."""
     rows = []
     for (prev_name, _), (name, marker) in zip(STEPS, STEPS[1:]):
         prev, new = code_lines(workers / prev_name), code_lines(workers / name)
@@ -62,3 +103,31 @@ def step_report(workers: Path = WORKERS) -> list[dict]:
 def marked_lines(name: str, marker: str, workers: Path = WORKERS) -> list[str]:
     """The lines of one worker that carry a marker, as written (indentation dropped)."""
     return [ln for ln in code_lines(workers / name) if marker in ln]
+
+
+# --------------------------------------------------------------------------- on screen
+
+def code_text(name: str, workers: Path = WORKERS) -> str:
+    """A worker's code as written, after its module docstring (the docstring is its manual: ``--help``)."""
+    src = (workers / name).read_text()
+    return "\n".join(src.splitlines()[_body_start(src):]).strip("\n") + "\n"
+
+
+def diff_text(prev_name: str, name: str, workers: Path = WORKERS, context: int = 3) -> str:
+    """The unified diff of two workers' code (what ``diff -u`` prints, without the docstrings)."""
+    a, b = code_text(prev_name, workers).splitlines(), code_text(name, workers).splitlines()
+    return "\n".join(difflib.unified_diff(a, b, prev_name, name, n=context, lineterm="")) + "\n"
+
+
+def source(name: str, workers: Path = WORKERS):
+    """The worker file, whole, with syntax highlighting (``IPython.display.Code``)."""
+    from IPython.display import Code
+
+    return Code((workers / name).read_text(), language="python")
+
+
+def diff(prev_name: str, name: str, workers: Path = WORKERS, context: int = 3):
+    """One step's unified diff, highlighted as a diff (``IPython.display.Code``)."""
+    from IPython.display import Code
+
+    return Code(diff_text(prev_name, name, workers, context), language="diff")

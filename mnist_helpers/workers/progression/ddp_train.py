@@ -3,8 +3,11 @@
 Step 3 of the worker progression taught in 06_ddp_fundamentals (introduced in 00_setup_and_data):
 
     single.py     one process, one device
-    ddp_spawn.py  + DistributedDataParallel, processes made by mp.spawn  (lines marked  # DDP:)
-    ddp_train.py  + launched by torchrun, which sets RANK/LOCAL_RANK     (this file; lines marked  # torchrun:)
+    ddp_spawn.py  + DistributedDataParallel, processes made by mp.spawn  (changes marked  # DDP:)
+    ddp_train.py  + launched by torchrun, which sets RANK/LOCAL_RANK     (this file; changes marked  # torchrun:)
+
+Every block this step adds, changes or removes starts with one ``# torchrun:`` comment; 06 shows the file whole
+and its diff from ddp_spawn.py.
 
 torchrun starts the processes and gives each one ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` in its environment (never a ``--local_rank`` argument); run with
@@ -27,7 +30,9 @@ Workers never download: the launcher provisions MNIST first (``make data`` by ha
 from __future__ import annotations
 
 import argparse
+import datetime  # torchrun: the --timeout for collectives
 import json
+import os  # DDP: MASTER_ADDR and MASTER_PORT for the rendezvous
 import random
 import sys
 import time
@@ -35,9 +40,13 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist  # DDP: the process group and its collectives
-from torch.distributed.elastic.multiprocessing.errors import record  # torchrun: reports a failing rank's traceback
-from torch.nn.parallel import DistributedDataParallel as DDP  # DDP: all-reduces gradients in backward()
+# DDP: the process group and its collectives, the process starter, the wrapper that all-reduces gradients in
+# backward(), and the sampler that gives each process its own shard of the data.
+import torch.distributed as dist
+# torchrun: no mp.spawn (torchrun starts the processes); @record reports a failing rank's traceback to torchrun.
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from mnist_helpers.distributed import params_digest
 from mnist_helpers.errors import cli_entry
@@ -45,8 +54,12 @@ from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import (TrainConfig, Training, build_training, check_run, epoch_line, load_snapshot,
                                  load_test_set, make_train_batches, save_snapshot, train_one_epoch)
-from mnist_helpers.distributed import DistContext, cleanup, evaluate_exact, gather_objects  # torchrun:
-from mnist_helpers.distributed import init_distributed  # torchrun: joins the group torchrun prepared
+# DDP: the core's helpers: the rank's identity, the backend choice, exact evaluation, gathering, a free port.
+from mnist_helpers.data import mnist_datasets
+from mnist_helpers.distributed import DistContext, choose_backend, evaluate_exact, gather_objects, wait_for_peers
+# torchrun: no free port to pick (torchrun's rendezvous did); the core's checks with a clear message for a missing
+# GPU or a taken port, and its world-of-one set-up for `python -m` without torchrun.
+from mnist_helpers.distributed import check_nccl, init_distributed, port_in_use
 
 
 class Trainer:
@@ -56,16 +69,17 @@ class Trainer:
     shared with ``fit()`` so that mixed precision and gradient accumulation behave the same everywhere.
     """
 
-    def __init__(self, cfg: TrainConfig, tr: Training, batches, test_set, snapshot: Path | None,  # DDP:
+    def __init__(self, cfg: TrainConfig, tr: Training, batches, test_set, snapshot: Path | None,
                  ctx: DistContext):  # DDP: the trainer knows its rank and world size
         self.cfg, self.tr, self.batches, self.snapshot = cfg, tr, batches, snapshot
         self.X_test, self.y_test = test_set
-        self.ctx = ctx  # DDP:
         self.module = tr.model  # the bare model: what a snapshot saves and loads
-        # DDP: broadcasts rank 0's initial weights, then all-reduces gradients during backward().
-        if dist.is_initialized():  # torchrun: `python -m ...` alone runs as a world of one, without DDP
-            ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # DDP: this process's GPU
-            self.tr.model = DDP(self.module, device_ids=ids)  # DDP:
+        # DDP: wrapping broadcasts rank 0's weights to every rank; in backward() DDP's hooks all-reduce (average)
+        # the gradients bucket by bucket, so every replica takes the same optimizer step.
+        self.ctx = ctx
+        if dist.is_initialized():  # torchrun: `python -m ...` without torchrun is a world of one: no group, no DDP
+            ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # this process's GPU; None on CPU
+            self.tr.model = DDP(self.module, device_ids=ids)
         self.epochs_run, self.steps_run, self.history = 0, 0, []
         if snapshot is not None and snapshot.exists():
             self._load_snapshot()
@@ -104,19 +118,19 @@ class Trainer:
     def _run_epoch(self, epoch: int) -> None:
         self.batches.set_epoch(epoch)  # a new shuffle every epoch (else every epoch repeats one order)
         left = None if self.cfg.max_steps is None else self.cfg.max_steps - self.steps_run
-        # DDP: with grad_accum, all-reduce once per step, not per micro-batch.
-        no_sync = self.tr.model.no_sync if isinstance(self.tr.model, DDP) else None  # torchrun: DDP or a world of one
-        stats = train_one_epoch(self.tr, self.batches, self.cfg, max_steps=left, no_sync=no_sync)  # DDP:
+        # DDP: with grad_accum, no_sync() skips the all-reduce on all but the last micro-batch of a step; after the
+        # epoch every rank scores its own slice of the test set and the sums are all-reduced: each image once.
+        no_sync = self.tr.model.no_sync if isinstance(self.tr.model, DDP) else None  # torchrun: or a world of one
+        stats = train_one_epoch(self.tr, self.batches, self.cfg, max_steps=left, no_sync=no_sync)
         self.steps_run += stats["steps"]
-        # DDP: every rank scores its own slice of the test set and the sums are all-reduced: each image once.
-        ev = evaluate_exact(self.tr.model, self.X_test, self.y_test, self.ctx,  # DDP:
-                            self.cfg.test_batch_size, self.cfg.amp)  # DDP:
-        images = stats["images"] * self.ctx.world_size  # DDP: every rank runs the same number of equal steps
+        ev = evaluate_exact(self.tr.model, self.X_test, self.y_test, self.ctx, self.cfg.test_batch_size,
+                            self.cfg.amp)
+        images = stats["images"] * self.ctx.world_size  # every rank ran the same number of equal steps
         self.history.append({"epoch": epoch, "seconds": stats["seconds"], "images": images,
                              "steps": stats["steps"], "images_per_s": images / stats["seconds"],
                              "train_loss": stats["loss"], "test_loss": ev["loss"], "test_acc": ev["acc"],
                              "test_count": ev["count"]})
-        if self.ctx.is_main:  # DDP:
+        if self.ctx.is_main:  # DDP: rank 0 prints
             print(epoch_line(epoch, {**stats, "images_per_s": images / stats["seconds"]}, ev), flush=True)
 
     def train(self) -> None:
@@ -129,9 +143,20 @@ class Trainer:
                 self._save_snapshot()
 
 
-def prepare_batches(cfg: TrainConfig, device: torch.device, rank: int, world_size: int):  # DDP:
+# DDP: each rank trains on its own disjoint shard of every epoch. The article's way: a DistributedSampler under the
+# DataLoader, shuffled with seed + epoch, so _run_epoch's set_epoch(epoch) gives every epoch a new order.
+def prepare_batches(cfg: TrainConfig, device: torch.device, rank: int, world_size: int):
     """Shuffled training batches: in-memory tensors, or a DataLoader with ``--loader dataloader``."""
-    return make_train_batches(cfg, device, rank, world_size)  # DDP: each rank a disjoint shard of every epoch
+    if cfg.loader == "dataloader" and world_size > 1:
+        dataset, _ = mnist_datasets(cfg.data_root)
+        dataset = Subset(dataset, range(cfg.subset)) if cfg.subset else dataset
+        sampler = DistributedSampler(dataset, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed)
+        loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler, num_workers=cfg.num_workers,
+                            pin_memory=cfg.pin_memory and device.type == "cuda",
+                            persistent_workers=cfg.num_workers > 0)
+        loader.set_epoch = sampler.set_epoch
+        return loader
+    return make_train_batches(cfg, device, rank, world_size)  # in memory: TensorBatches shards the same way
 
 
 def load_train_objs(cfg: TrainConfig, device: torch.device, steps_per_epoch: int):
@@ -139,50 +164,85 @@ def load_train_objs(cfg: TrainConfig, device: torch.device, steps_per_epoch: int
     return build_training(cfg, device, steps_per_epoch), load_test_set(cfg, device)
 
 
-def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,  # torchrun: one call per process
-         backend: str = "auto", timeout: float | None = None) -> dict:  # torchrun:
+# torchrun: torchrun started this process and put its place in the environment: RANK, WORLD_SIZE, LOCAL_RANK (its
+# index on this node: its GPU; never a --local_rank argument) and MASTER_ADDR/MASTER_PORT (the rendezvous, which
+# init_process_group reads: init_method="env://"). Run with plain Python there is no RANK: a world of one.
+def setup(backend: str, timeout: float | None) -> DistContext:
+    if "RANK" not in os.environ:
+        return init_distributed(backend, timeout)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    backend = choose_backend() if backend == "auto" else backend
+    if backend == "nccl":
+        check_nccl(local_rank)  # one GPU per process, or a message with the command that works
+    device = torch.device("cuda", local_rank) if backend == "nccl" else torch.device("cpu")
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    kwargs = {"timeout": datetime.timedelta(seconds=timeout)} if timeout else {}
+    try:
+        dist.init_process_group(backend, **kwargs)
+    except RuntimeError as e:  # the rendezvous port is taken (a previous run, another job): say by whom
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            raise port_in_use(os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]) from e
+        raise
+    return DistContext(rank, local_rank, world_size, backend, device)
+
+
+# DDP: leave the process group however training ended. The ranks meet first (gloo sometimes aborted a rank whose
+# peer left while it was still inside a collective; wait_for_peers skips the meeting while an error propagates).
+def cleanup() -> None:
+    wait_for_peers()
+    dist.destroy_process_group()
+
+
+# torchrun: one call per process, which torchrun started: no rank, world size or port to pass in.
+def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,
+         backend: str = "auto", timeout: float | None = None) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    # torchrun: RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT come from torchrun's environment; device cuda:LOCAL_RANK.
-    ctx = init_distributed(backend, timeout)  # torchrun:
-    try:  # DDP: leave the process group however training ends
-        check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)  # torchrun: every rank, before training
-        if ctx.is_main:  # DDP:
-            print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} "  # DDP:
-                  f"| device {ctx.device} | global batch {cfg.batch_size * ctx.world_size}", flush=True)  # DDP:
+    # DDP: join the group, then train inside try/finally so that the group is left however training ends; rank 0
+    # alone prints, each rank prepares its own shard, and the parameter digests of every rank are gathered.
+    ctx = setup(backend, timeout)  # torchrun: nothing to pass in; every rank checks the run before training
+    try:
+        check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)
+        if ctx.is_main:
+            print(f"[rank 0] world_size {ctx.world_size} | backend {ctx.backend or 'none'} | device {ctx.device} "
+                  f"| global batch {cfg.batch_size * ctx.world_size}", flush=True)
         t0 = time.perf_counter()
-        batches = prepare_batches(cfg, ctx.device, ctx.rank, ctx.world_size)  # DDP:
-        tr, test_set = load_train_objs(cfg, ctx.device, steps_per_epoch=len(batches))  # DDP:
-        trainer = Trainer(cfg, tr, batches, test_set, Path(snapshot) if snapshot else None, ctx)  # DDP:
+        batches = prepare_batches(cfg, ctx.device, ctx.rank, ctx.world_size)
+        tr, test_set = load_train_objs(cfg, ctx.device, steps_per_epoch=len(batches))
+        trainer = Trainer(cfg, tr, batches, test_set, Path(snapshot) if snapshot else None, ctx)
         trainer.train()
-        digests = gather_objects(params_digest(trainer.tr.model))  # DDP: every rank's digest, in rank order
-        result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),  # DDP:
+        digests = gather_objects(params_digest(trainer.tr.model))  # every rank's digest, in rank order
+        result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
                   "config": cfg.to_dict(), "history": trainer.history,
                   "final_test_acc": trainer.history[-1]["test_acc"] if trainer.history else None,
                   "param_digests": digests, "wall_seconds": time.perf_counter() - t0, "machine": machine_info()}
         if ctx.is_main and out:  # DDP: rank 0 writes
             write_json(out, result)
         return result
-    finally:  # DDP:
-        cleanup()  # DDP: destroy_process_group()
+    finally:
+        cleanup()
 
 
 @record  # torchrun: on failure torchrun reports this rank's traceback as the root cause
 @cli_entry  # expected errors (bad data, paths, snapshot): one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ddp_train",  # torchrun:
+    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ddp_train",
                                  description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     TrainConfig.add_arguments(ap)
-    ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")  # DDP:
+    ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")  # DDP: rank 0 writes
     ap.add_argument("--snapshot", default=None, help="save after every epoch, resume if present")
-    ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "mpi"])  # torchrun:
-    ap.add_argument("--timeout", type=float, default=None, help="seconds before a stuck collective fails")  # torchrun:
+    # torchrun: no --nproc (torchrun's --nproc-per-node); the backend may be forced, and collectives may time out.
+    ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "mpi"])
+    ap.add_argument("--timeout", type=float, default=None, help="seconds before a stuck collective fails")
     args = ap.parse_args(argv)
     try:
         cfg = TrainConfig.from_namespace(args)
     except ValueError as e:
         ap.error(str(e))
-    main(cfg, args.out, args.snapshot, args.backend, args.timeout)  # torchrun: torchrun made the processes
+    # torchrun: torchrun made the processes (and set OMP_NUM_THREADS=1 in each unless it was set): call main once.
+    main(cfg, args.out, args.snapshot, args.backend, args.timeout)
     return 0
 
 
