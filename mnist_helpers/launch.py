@@ -41,10 +41,11 @@ RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
 _DOUBLE_PREFIX = re.compile(r"^(\[rank \d+\] )\1")  # workers print "[rank N]" themselves too
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)={20,}", re.S)
 _TRACEBACK_START = "Traceback (most recent call last):"
-# torch 2.14.1, measured in 07_scaling_and_multinode: with several agents meeting at a c10d rendezvous
-# (--nnodes 2 --rdzv-endpoint ...), the restart after a killed worker hangs until the timeout while the
-# workers reuse the agents' rendezvous TCP store; with this variable set the group restarts and resumes.
-# (--standalone restarted fine without it.) So torchrun(max_restarts=N) sets it unless the caller did.
+# torch 2.14.1, measured by tests/test_restarts.py (07_scaling_and_multinode shows the rates): after a killed
+# worker, --max-restarts often fails while the workers reuse the agent's rendezvous TCP store (torch's default),
+# under --standalone and at a c10d endpoint alike (a hang, or gloo's connectFullMesh against the old port); with
+# this variable set every attempt gets a fresh store and the restarts succeeded in every trial. Elastic membership
+# (--nnodes=1:2, a second agent joining) also needs it. So torchrun(max_restarts=N) sets it unless the caller did.
 _SHARE_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 
 
@@ -231,7 +232,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
     ``env`` adds environment variables; ``threads_per_proc`` sets OMP_NUM_THREADS (default: the
     cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
     ``max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
-    command) unless ``env`` or the environment sets it: without it a multi-node restart hangs on torch 2.14.
+    command) unless ``env`` or the environment sets it: without it restarts often fail on torch 2.14
+    (tests/test_restarts.py measures the rates).
     """
     import torch  # imported here so that importing this module stays quick
 

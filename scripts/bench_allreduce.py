@@ -1,15 +1,16 @@
 """AllReduce micro-benchmark and DDP communication settings (notebook 07_scaling_and_multinode).
 
-1. ``dist.all_reduce`` latency and bus bandwidth per message size (4 KiB .. 16 MiB) and world size,
+1. ``dist.all_reduce`` time and bus bandwidth per message size (4 KiB .. 16 MiB) and world size,
    gloo on CPU (NCCL when every process has a GPU), next to the ring model: each rank sends
-   2(N-1)/N times the message, so per-rank volume is nearly constant in N while the number of
-   steps 2(N-1) (the latency term) grows. On this 2-core CPU world sizes above 2 are oversubscribed.
+   2(N-1)/N times the message (per-rank volume nearly constant in N), while the total over all ranks
+   2(N-1) x S and the number of steps 2(N-1) (the latency term) grow linearly. World sizes above the
+   number of cores are oversubscribed (processes wait for a core).
 2. DDP steps of the article's Net per ``bucket_cap_mb`` (25, the default, and 1) and compression hook
    (fp16, bf16), interleaved in one process group, each against the same step without all-reduce.
 
 Writes results/bench_allreduce.json (machine and date inside).
 
-    python scripts/bench_allreduce.py                      # world sizes 2 and 4
+    python scripts/bench_allreduce.py                      # world sizes 2, 3 and 4
     python scripts/bench_allreduce.py --world-sizes 2,4,8  # on a GPU box: device=cuda, one per GPU
     python scripts/bench_allreduce.py --quick
 """
@@ -25,7 +26,7 @@ from mnist_helpers.display import show
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.lessons.l07_scaling import (ALLREDUCE_TABLE, DDP_VARIANTS_TABLE, allreduce_sweep, ddp_variants,
-                                              latency_growth, ring_volume_verdict)
+                                              latency_growth, measured_growth, ring_volume_verdict)
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 
@@ -33,7 +34,7 @@ from mnist_helpers.resources import describe, machine_info
 @cli_entry  # expected errors: one message with the fix, exit code 2
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-sizes", default="2,4")
+    ap.add_argument("--world-sizes", default="2,3,4")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test, not a measurement")
     ap.add_argument("--out", default=None, help="JSON path (default results/bench_allreduce.json)")
     args = ap.parse_args(argv)
@@ -53,15 +54,20 @@ def main(argv=None) -> dict:
     show(rows, **ALLREDUCE_TABLE)
     growth = latency_growth(rows)
     verdict = ring_volume_verdict((2, 64))  # the model over a real cluster's range; the table shows what we measured
-    print(f"ring model: per-rank bytes grow {verdict['per_rank_bytes_growth']:.2f}x from N={verdict['n_min']} to "
-          f"N={verdict['n_max']} (linear would be {verdict['linear_would_be']:.0f}x): {verdict['verdict']}")
+    print(f"ring model, N={verdict['n_min']} -> {verdict['n_max']}: per-rank bytes x{verdict['per_rank_bytes_growth']:.2f}, "
+          f"total bytes and steps x{verdict['total_bytes_growth']:.0f} (linear would be "
+          f"x{verdict['linear_would_be']:.0f}): 'volume grows linearly' {verdict['verdict']}")
+    measured = measured_growth(rows) if len(worlds) > 1 else None
+    if measured:
+        print(f"measured N={measured['n_min']} -> {measured['n_max']}: smallest message x"
+              f"{measured['small_time_growth']:.2f}, largest x{measured['big_time_growth']:.2f}")
     variants = [(25, "none"), (1, "none"), (25, "fp16"), (25, "bf16")]
     ddp = ddp_variants(variants, model="fastnet" if args.quick else "net", batch_size=128,
                        steps=1 if args.quick else 3, repeats=2 if args.quick else 5, device=device)
     show(ddp, **DDP_VARIANTS_TABLE)
     result = {"script": "scripts/bench_allreduce.py", "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
               "quick": args.quick, "machine": machine_info(), "device": device, "allreduce": rows,
-              "latency_growth": growth, "ring_verdict": verdict, "ddp_variants": ddp,
+              "latency_growth": growth, "measured_growth": measured, "ring_verdict": verdict, "ddp_variants": ddp,
               "wall_seconds": time.perf_counter() - t0}
     write_json(out, result)
     print(f"wrote {out}")

@@ -52,8 +52,8 @@ def test_cli_rejects_kill_without_snapshot(capsys):
 
 
 def test_launcher_sets_store_variable_only_for_restarts(monkeypatch):
-    """torchrun(max_restarts>0) must add TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (the multi-node
-    restart hangs without it on torch 2.14); the command line itself is unchanged."""
+    """torchrun(max_restarts>0) must add TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts often fail without it on
+    torch 2.14: tests/test_restarts.py measures how often); the command line itself is unchanged."""
     assert "--max-restarts" in build_command("m", max_restarts=2)
     seen = {}
 

@@ -29,6 +29,8 @@ CASES = {
     "local_rank_argparse": (lambda: ts.local_rank_argparse(), r"unrecognized arguments: --local-rank=0"),
     "loss_accumulation": (lambda: ts.loss_accumulation(num_steps=4), r"^$"),  # silent: memory grows, nothing raises
     "download_race": (lambda: ts.download_race(), r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)"),
+    "eval_through_ddp": (lambda: ts.eval_through_ddp(nproc=2, timeout_s=3), r"Timed out waiting|timeout|timed out"),
+    "omp_threads": (lambda: ts.omp_threads(nproc=2), r"Setting OMP_NUM_THREADS"),
 }
 
 
@@ -74,6 +76,10 @@ def test_records_carry_what_the_notebook_prints(records):
     assert records["port_in_use"].details["port_free_after_stopping_holder"]
     assert "aux" in records["unused_parameters"].diagnosis  # INFO debug names the unused parameters
     assert "Detected mismatch" in records["collective_mismatch"].details["detail_line"]
+    assert not records["collective_mismatch"].details["info_names_mismatch"]  # only DETAIL wraps the group
+    assert records["eval_through_ddp"].details["no_buffer_model_passed"]  # Net has no buffers: no broadcast, no hang
+    assert records["eval_through_ddp"].details["fixed_all_passed"]
+    assert records["omp_threads"].details["torchrun_threads"] == 1
     oom = records["out_of_memory"].details
     assert oom["micro_batch_size"] * oom["grad_accum"] >= 512 and not oom["tried"][0]["ok"]
     assert records["download_race"].details["safe"]["writers"].count("wrote") == 1

@@ -1,33 +1,40 @@
-"""Scaling and communication for 07_scaling_and_multinode: weak and strong scaling, all-reduce sweeps, the ring model.
+"""Scaling, communication and restarts for 07_scaling_and_multinode.
 
-Every measurement is a torchrun launch (through ``mnist_helpers.launch``) of the benchmark worker
-``mnist_helpers.workers.bench.allreduce``; this module builds the launches, takes medians and turns the
-rows into the article's verdicts.
+**The article's comparison** (5.4): 1 GPU at batch 128 against 2 GPUs at 64 each, the same global batch, i.e.
+*strong scaling*, with the article's loader. :func:`loader_run` launches 06's ``ddp_train`` worker with
+``--loader dataloader --num-workers N`` and times the last epoch; :func:`article_comparison` alternates the points
+in rounds and :func:`paired_ratios` takes each round's ratio from its own pair; :func:`speedup_verdict` judges
+"1.7-1.9x" on the spread of those ratios (quartiles inside, above, below, or straddling the range).
 
-**Weak and strong scaling** (article 5.4). *Weak scaling* keeps the batch per process fixed (more
-processes -> a bigger global batch); *strong scaling* keeps the global batch fixed (more processes -> a
-smaller batch each). Each point (:func:`measure_step`) runs the worker's ``ddp`` mode: DDP steps on
-synthetic MNIST-shaped batches, timed against the same step under ``no_sync()``, so every row also
-carries the fraction of the step spent in communication. On CPU the threads per process are set
-explicitly (``threads_per_proc``), so that "2 processes" means 2 x 1 thread against 1 x 1 thread.
-:func:`weak_scaling` and :func:`strong_scaling` alternate rounds over the world sizes and take medians;
-:func:`speedup_verdict` and :func:`comm_verdict` judge "2 GPUs give 1.7-1.9x" and "communication is
-negligible".
+**Weak and strong scaling without the loader.** Each point (:func:`measure_step`) runs the benchmark worker
+``mnist_helpers.workers.bench.allreduce ddp``: DDP steps on synthetic MNIST-shaped batches, timed against the same
+step under ``no_sync()``, so every row carries the share of the step spent communicating, per timed block
+(:func:`comm_fractions`). :func:`weak_scaling` (same batch per process) and :func:`strong_scaling` (same global
+batch) alternate rounds and take medians. :func:`comm_verdict` is the one function that decides whether
+communication is "negligible" (``NEGLIGIBLE_SHARE`` of a step, judged on the quartiles of the blocks). On CPU the
+threads per process are set explicitly, so "2 processes" means 2 x 1 thread against 1 x 1 thread: a CPU stand-in
+(gloo), not a GPU measurement.
 
-**What an all-reduce costs** (article 4.4). The article says ring AllReduce "communication volume grows
-linearly with the number of GPUs". The ring algorithm sends ``2(N-1)/N`` times the message per rank
-(reduce-scatter then all-gather), which tends to 2x, not N x; what grows with N is the number of steps
-(latency term ``2(N-1) * alpha``). :func:`allreduce_sweep` measures latency and bus bandwidth per message
-size and world size (gloo on CPU, NCCL on GPUs); :func:`ring_model` gives the model to compare with,
-:func:`latency_growth` and :func:`ring_volume_verdict` the comparison; :func:`ddp_variants` times DDP
-steps per ``bucket_cap_mb`` and compression hook (fp16/bf16).
+**What an all-reduce costs** (4.4). "Ring AllReduce communication volume grows linearly with the number of GPUs"
+reads two ways: each rank sends ``2(N-1)/N`` times the message (flat in N), while the total over all links
+``2(N-1) S`` and the step count ``2(N-1)`` grow linearly. :func:`ring_model` gives the model,
+:func:`ring_volume_verdict` judges the sentence both ways ("holds with nuance"), :func:`allreduce_sweep` measures
+gloo/NCCL all-reduce time per message size and world size, :func:`measured_growth` compares it with the model;
+:func:`ddp_variants` times DDP steps per ``bucket_cap_mb`` and compression hook.
 
-Rows are lists of dicts; ``SCALING_TABLE``, ``ALLREDUCE_TABLE`` and ``DDP_VARIANTS_TABLE`` are the
-columns and number formats to show them with (``mnist_helpers.display.show(rows, **SCALING_TABLE)``).
+**Restarts** (7.2). :func:`restart_trial` runs a plain-torch worker whose rank 1 kills itself under
+``torchrun --max-restarts``; :func:`restart_rates` repeats it per configuration of ``RESTART_CONFIGS``
+(``--standalone`` or a c10d endpoint, with or without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``);
+:func:`record_restarts` writes claim ``07.restarts`` (tests/test_restarts.py). :func:`elastic_membership` lets a
+second agent join a ``--nnodes=1:2`` job.
 
-    from mnist_helpers.lessons.l07_scaling import allreduce_sweep, ring_model, weak_scaling
-    rows = weak_scaling([1, 2], batch_size=128, threads_per_proc=1)
-    rows = allreduce_sweep([4096, 4 * 2**20], world_sizes=[2, 4])
+Rows are lists of dicts; ``ARTICLE_TABLE``, ``SCALING_TABLE``, ``ALLREDUCE_TABLE``, ``DDP_VARIANTS_TABLE`` and
+``RESTARTS_TABLE`` are the columns and formats to show them with (``display.show(rows, **SCALING_TABLE)``).
+
+    from mnist_helpers.lessons.l07_scaling import article_comparison, allreduce_sweep, strong_scaling
+    rows = article_comparison({"1 x 128": (1, 128, 4), "2 x 64": (2, 64, 4)}, rounds=3)
+    rows = strong_scaling([1, 2], global_batch_size=128, threads_per_proc=1)
+    rows = allreduce_sweep([4096, 4 * 2**20], world_sizes=[2, 3, 4])
 """
 from __future__ import annotations
 
@@ -215,7 +222,12 @@ def speedup_verdict(ratios, low: float = ARTICLE_SPEEDUP[0], high: float = ARTIC
 
 def comm_fractions(row: dict) -> list[float]:
     """Per timed block of a ``measure_step`` row: ``1 - t(no_sync) / t(step)``, the share of the step spent
-    communicating (blocks are paired: each step block is followed by its no-sync block)."""
+    communicating (blocks are paired: each step block is followed by its no-sync block). A sweep row (medians over
+    rounds) carries them already as ``comm_fractions``."""
+    if row.get("comm_fractions"):
+        return list(row["comm_fractions"])
+    if "no_sync_step_s_all" not in row and "no_sync_step_s" not in row:
+        return [row["comm_fraction"]]
     steps, quiet = row.get("step_s_all") or [row["step_s"]], row.get("no_sync_step_s_all") or [row["no_sync_step_s"]]
     return [1 - q / s for s, q in zip(steps, quiet)]
 
@@ -310,12 +322,37 @@ def latency_growth(rows: list[dict], nbytes: int | None = None) -> list[dict]:
 
 
 def ring_volume_verdict(world_sizes=(2, 4, 8, 16, 64)) -> dict:
-    """The claim "ring volume grows linearly with N" against the model: per-rank bytes at the
-    largest N relative to the smallest (a linear law would give N_max/N_min)."""
+    """The sentence "ring AllReduce communication volume grows linearly with the number of GPUs" read both ways,
+    from the ring model between the smallest and largest N: *per-rank* bytes grow by ``2(N-1)/N`` (at most 2x:
+    flat, not linear), while the *total* bytes on all links ``2(N-1) * S`` and the number of steps ``2(N-1)`` grow
+    linearly. "holds with nuance" when both readings come out so (total linear, per rank not), "holds" when the
+    per-rank volume were linear too, "wrong" when neither grows linearly."""
     lo, hi = min(world_sizes), max(world_sizes)
-    growth = ring_model(1, hi)["ring_factor"] / ring_model(1, lo)["ring_factor"]
-    return {"n_min": lo, "n_max": hi, "per_rank_bytes_growth": growth, "linear_would_be": hi / lo,
-            "verdict": "holds" if growth >= 0.9 * hi / lo else "does not hold (per-rank volume is nearly constant)"}
+    if lo < 2:
+        raise ValueError(f"world sizes must be >= 2 (one process sends nothing), got {world_sizes!r}")
+    per_rank = ring_model(1, hi)["ring_factor"] / ring_model(1, lo)["ring_factor"]
+    total = (hi - 1) / (lo - 1)                  # 2(N-1) S over all ranks
+    steps = ring_model(1, hi)["steps"] / ring_model(1, lo)["steps"]
+    linear = hi / lo
+    per_rank_linear, total_linear = per_rank >= 0.9 * linear, total >= 0.9 * linear
+    verdict = ("holds" if per_rank_linear else "holds with nuance" if total_linear else "wrong")
+    return {"n_min": lo, "n_max": hi, "per_rank_bytes_growth": per_rank, "total_bytes_growth": total,
+            "steps_growth": steps, "linear_would_be": linear, "verdict": verdict}
+
+
+def measured_growth(rows: list[dict]) -> dict:
+    """From an ``allreduce_sweep``: for the smallest message (latency-bound) and the largest (bandwidth-bound), the
+    all-reduce time at the largest world size over the smallest, next to what the ring model predicts for each
+    term (steps for latency, per-rank bytes for bandwidth)."""
+    worlds = sorted({r["world_size"] for r in rows})
+    small, big = min(r["bytes"] for r in rows), max(r["bytes"] for r in rows)
+    t = {(r["world_size"], r["bytes"]): r["latency_us"] for r in rows}
+    lo, hi = worlds[0], worlds[-1]
+    return {"n_min": lo, "n_max": hi, "small_bytes": small, "big_bytes": big,
+            "small_time_growth": t[(hi, small)] / t[(lo, small)], "big_time_growth": t[(hi, big)] / t[(lo, big)],
+            "model_steps_growth": (hi - 1) / (lo - 1),
+            "model_per_rank_bytes_growth": ring_model(1, hi)["ring_factor"] / ring_model(1, lo)["ring_factor"],
+            "linear_would_be": hi / lo}
 
 
 # --------------------------------------------------------------------------- restarts: torchrun --max-restarts, measured
@@ -427,12 +464,31 @@ def restart_cli(argv: list[str]) -> int:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--timeout", type=float, default=90)
     ap.add_argument("--out", default=None, help="JSON with every trial")
+    ap.add_argument("--write", action="store_true",
+                    help="also write results/restarts.json (claim 07.restarts; profile full)")
+    ap.add_argument("--reference", action="store_true", help="with --write: keep it as this machine's reference")
     args = ap.parse_args(argv)
-    rows = restart_rates(args.trials, timeout=args.timeout)
+    if args.trials < 1:
+        ap.error(f"--trials must be a positive integer, got {args.trials}")
+    from tqdm.auto import tqdm
+
+    from mnist_helpers import claims
+
+    with claims.Contention() as busy, tqdm(total=args.trials * len(RESTART_CONFIGS), desc="restart trials") as bar:
+        rows = restart_rates(args.trials, timeout=args.timeout, progress=bar)
     show(rows, **RESTARTS_TABLE)
+    print(busy)
     if args.out:
         from mnist_helpers.io import write_json
         write_json(args.out, {"rows": rows})
+    if args.write:
+        res = claims.ResultFile("restarts", profile="full")
+        entry = record_restarts(rows, res, contention=busy)
+        res.extra["rows"] = rows
+        print(f"07.restarts: {entry['verdict']} ({entry['evidence']})")
+        res.write()
+        if args.reference:
+            print(f"reference: {res.keep_as_reference()}")
     return 0
 
 
@@ -467,3 +523,130 @@ def record_restarts(rows: list[dict], res, contention=None) -> dict:
                              f"first attempt, --max-restarts=2, {mine['trials']} trials per configuration, "
                              "interleaved; CPU"),
                      contention=contention)
+
+
+def elastic_membership(share_off: str | None = "1", *, join_after: float = 10.0, run_seconds: float = 12.0,
+                       timeout: float = 120) -> dict:
+    """Elastic membership on one machine: agent A starts ``--nnodes=1:2`` alone (``last_call_timeout=1``, so it
+    does not wait for more), trains; after ``join_after`` seconds agent B joins the same c10d endpoint; A's agent
+    sees the waiting node and restarts its workers in a new round with both. Returns ok (the job finished with
+    world size 2 on both agents), the world sizes A's worker saw, exit codes and a one-line summary.
+    ``share_off``: TORCH_DISABLE_SHARE_RDZV_TCP_STORE (None: torch's default)."""
+    import os
+    import re
+    import subprocess
+    import sys
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from mnist_helpers.launch import _stop_tree
+    from mnist_helpers.ports import free_port
+
+    port = free_port()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env.pop("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", None)
+    if share_off is not None:
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = share_off
+    with tempfile.TemporaryDirectory(prefix="mnist_elastic_") as tmp:
+        def agent(name):
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1:2", "--nproc-per-node=1",
+                   "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--rdzv-id=elastic",
+                   "--rdzv-conf=last_call_timeout=1", "--max-restarts=3", "--monitor-interval=1",
+                   "-m", RESTART_WORKER, "--die-rank", "-1", "--seconds", str(run_seconds),
+                   "--out", str(Path(tmp) / f"{name}.json")]
+            log = open(Path(tmp) / f"{name}.log", "w")
+            return cmd, subprocess.Popen(cmd, env={**env, "PET_LOG_DIR": str(Path(tmp) / name)}, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log
+        t0 = time.monotonic()
+        cmd_a, a, log_a = agent("a")
+        time.sleep(join_after)
+        cmd_b, b, log_b = agent("b")
+        codes = []
+        for p in (b, a):
+            try:
+                codes.append(p.wait(max(1.0, timeout - (time.monotonic() - t0))))
+            except subprocess.TimeoutExpired:
+                _stop_tree(p)
+                codes.append("timeout")
+        log_a.close()
+        log_b.close()
+        text = (Path(tmp) / "a.log").read_text(errors="replace") + (Path(tmp) / "b.log").read_text(errors="replace")
+        results = [json.loads(f.read_text()) for f in Path(tmp).glob("*.json")]
+    seen = sorted({int(w) for w in re.findall(r"process group up, world size (\d+)", text)})
+    ok = codes == [0, 0] and any(r["world_size"] == 2 for r in results)
+    err = re.findall(r"(torch\.distributed\.\w+Error: [^\n]{0,120})", text)
+    setting = f"TORCH_DISABLE_SHARE_RDZV_TCP_STORE={share_off}" if share_off is not None else "torch's default store"
+    summary = (f"{setting}: " + (f"the job grew from world size {seen[0]} to 2 and finished" if ok and seen[0] == 1
+                                 else "both agents finished with world size 2" if ok
+                                 else f"failed (exit codes {codes}): {err[-1] if err else 'no error line'}"))
+    return {"setting": setting, "ok": ok, "world_sizes_seen": seen, "exit_codes": codes,
+            "seconds": time.monotonic() - t0, "error": err[-1] if err else None, "summary": summary,
+            "command_a": " ".join(cmd_a), "join_after_s": join_after}
+
+
+# --------------------------------------------------------------------------- per-process memory under DDP (5.4)
+
+MEMORY_TABLE = {"columns": ["variant", "batch_size", "peak_mib", "persistent_mib", "gradients_mib", "activations_mib"],
+                "formats": {"peak_mib": "{:.1f}", "persistent_mib": "{:.1f}", "gradients_mib": "{:.1f}",
+                            "activations_mib": "{:.1f}"}}
+
+
+def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1) -> list[dict]:
+    """Tensor memory of one training step (Adam, after two warm-up steps) per process: the model alone, under DDP,
+    and under DDP with ``gradient_as_bucket_view=True``, at each batch size. Measured with the profiler's
+    allocation replay (``mnist_helpers.memory.peak_memory``) in a world of one gloo process: DDP's reducer and its
+    buckets are the same as at N processes. Call it in a fresh process (``memory.run_isolated``), since it makes a
+    process group: ``run_isolated("mnist_helpers.lessons.l07_scaling:ddp_memory")``."""
+    import os
+
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from mnist_helpers.memory import peak_memory
+    from mnist_helpers.models import build_model
+    from mnist_helpers.ports import free_port
+    from mnist_helpers.train import train_step
+
+    torch.set_num_threads(threads)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
+    dist.init_process_group("gloo")
+    rows = []
+    try:
+        for b in batch_sizes:
+            g = torch.Generator().manual_seed(0)
+            X, y = torch.randn(int(b), 1, 28, 28, generator=g), torch.randint(0, 10, (int(b),), generator=g)
+            for variant in ("one process", "DDP", "DDP, gradient_as_bucket_view"):
+                torch.manual_seed(0)
+                m = build_model(model)
+                if variant != "one process":
+                    m = DDP(m, gradient_as_bucket_view=variant.endswith("view"))
+                opt = torch.optim.Adam(m.parameters(), lr=1e-3)
+                for _ in range(2):  # Adam's moments and DDP's buckets exist after the first steps
+                    train_step(m, opt, X, y)
+                r = peak_memory(lambda m=m, opt=opt: train_step(m, opt, X, y))
+                rows.append({"variant": variant, "batch_size": int(b), "peak_mib": r.peak_bytes / 2**20,
+                             "persistent_mib": r.persistent_bytes / 2**20,
+                             "gradients_mib": r.by_category.get("gradients", 0) / 2**20,
+                             "activations_mib": r.by_category.get("activations", 0) / 2**20})
+                del m, opt
+    finally:
+        dist.destroy_process_group()
+    return rows
+
+
+def memory_verdict(rows: list[dict], batch_size: int, tolerance: float = 0.10) -> dict:
+    """"Per-GPU memory is about the same as single-GPU": DDP's peak over one process's at the same batch per
+    process. "holds with nuance" within ``tolerance`` (DDP keeps one gradient-sized copy in its buckets unless
+    ``gradient_as_bucket_view=True``), "holds" when not even that shows, "does not hold here" beyond it. Memory is
+    deterministic here (no timing), so the tolerance needs no spread."""
+    get = {(r["variant"], r["batch_size"]): r for r in rows}
+    one, ddp, view = (get[(v, batch_size)] for v in ("one process", "DDP", "DDP, gradient_as_bucket_view"))
+    ratio = ddp["peak_mib"] / one["peak_mib"]
+    extra = ddp["persistent_mib"] - one["persistent_mib"]
+    verdict = ("does not hold here" if ratio > 1 + tolerance else
+               "holds" if ratio <= 1.005 else "holds with nuance")
+    return {"ratio": ratio, "ddp_extra_persistent_mib": extra, "view_ratio": view["peak_mib"] / one["peak_mib"],
+            "one_peak_mib": one["peak_mib"], "ddp_peak_mib": ddp["peak_mib"], "view_peak_mib": view["peak_mib"],
+            "batch_size": batch_size, "tolerance": tolerance, "verdict": verdict}

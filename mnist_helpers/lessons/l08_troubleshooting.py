@@ -284,6 +284,10 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
     hang_s = time.perf_counter() - t0
     named = expect_launch_failure(module, ["--where", "loop", "--timeout", timeout_s], nproc=nproc,
                                   env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"}, timeout=launch_timeout)
+    # INFO does not wrap the process group with the collective checks (only DETAIL does): the same bug, unnamed
+    info = expect_launch_failure(module, ["--where", "loop", "--timeout", timeout_s], nproc=nproc,
+                                 env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, timeout=launch_timeout)
+    info_text = info.root_cause + "\n" + info.output
     if fixed_result is None:
         fixed_result = launch_ok(module, ["--fix", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
     detail = telling_line(named.root_cause + "\n" + named.output, r"Detected mismatch between collectives")
@@ -299,6 +303,8 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
         bool(fixed_result) and fixed_result.get("world_size") == nproc,
         {"hang_launch_seconds": hang_s, "timeout_s": timeout_s, "detail_line": detail,
          "differ_line": re.sub(r"^.*(Collectives differ)", r"\1", differ), "detail_command": evidence(named)["bug_command"],
+         "info_names_mismatch": "Detected mismatch" in info_text,
+         "info_line": (telling_line(info_text, r"collective mismatch|Timed out|timeout|Error") or "(no error line)"),
          **evidence(hang)})
 
 
@@ -659,9 +665,11 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
         {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
 
 
-def omp_threads(nproc: int = 1, timeout: float = 120) -> Repro:
-    """torchrun sets ``OMP_NUM_THREADS=1`` in every worker when the variable is unset: shown with a plain torchrun
-    (the variable removed from the environment), then handled by setting it (the launcher's way)."""
+def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:
+    """torchrun sets ``OMP_NUM_THREADS=1`` in every worker when the variable is unset and ``--nproc-per-node`` > 1:
+    shown with a plain torchrun (the variable removed from the environment), then handled by setting it to cores /
+    processes (the launcher's way). On a 2-core machine with 2 processes both give 1 thread; the point is who
+    decides: on 16 cores torchrun's 1 would leave 14 idle."""
     module = "mnist_helpers.workers.bugs.omp_threads"
     env = {k: v for k, v in subprocess_env().items() if k != "OMP_NUM_THREADS"}
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -682,8 +690,9 @@ def omp_threads(nproc: int = 1, timeout: float = 120) -> Repro:
         "torchrun sets OMP_NUM_THREADS=1",
         telling_line(bug.stderr + bug.stdout, r"Setting OMP_NUM_THREADS"),
         f"plain python: torch uses {plain_threads} thread(s) on {cores} core(s); under torchrun without the variable "
-        f"each of {nproc} processes gets {bug_res.get('torch_threads')} (torchrun sets OMP_NUM_THREADS=1 and warns "
-        "once): a CPU job silently uses fewer cores than it has",
+        f"each of {nproc} processes gets {bug_res.get('torch_threads')} (torchrun sets OMP_NUM_THREADS=1 whenever "
+        "--nproc-per-node > 1, and warns once): on a machine with more cores than processes a CPU job silently "
+        "uses fewer cores than it has",
         f"set it yourself: OMP_NUM_THREADS={want} (cores / processes) in front of torchrun, as "
         "mnist_helpers.launch.torchrun does (and prints); or torch.set_num_threads in the worker",
         good.returncode == 0 and good_res.get("torch_threads") == want,

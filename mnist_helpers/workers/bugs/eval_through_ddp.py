@@ -1,0 +1,102 @@
+"""Reproduce the hang of evaluating on rank 0 *through the DDP wrapper* (notebook 08_troubleshooting, article 6.4).
+
+The article evaluates on rank 0 only (``if rank == 0: evaluate(model)``) and then has every rank wait at
+``dist.barrier()``. With a model that has buffers (BatchNorm's running mean and variance) and DDP's default
+``broadcast_buffers=True``, calling the *wrapper* ``model(X)`` is not a local computation: DDP's forward first
+broadcasts rank 0's buffers to every rank, a collective. After a training step that broadcast happens even
+under ``torch.no_grad()`` and ``model.eval()`` (DDP decides from the previous forward). Rank 0 then waits in a
+broadcast that the other ranks, already in ``barrier()``, never join: the two collectives do not match, and the
+job hangs until the process group's timeout (30 min by default for gloo, 10 for NCCL), or gloo aborts on the
+mismatch. The worker uses a short ``--timeout`` so the hang becomes an error within seconds.
+
+Two fixes (``--fix``):
+
+- ``module`` (the default fix): evaluate the bare model, ``model.module`` (no DDP forward, no collective);
+- ``all``: every rank evaluates through the wrapper (each joins the broadcast), e.g. on its own shard.
+
+    # the bug: rank 0 evaluates through DDP, rank 1 waits in barrier() (times out after 5 s)
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m mnist_helpers.workers.bugs.eval_through_ddp --timeout 5
+    # the fixes
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m mnist_helpers.workers.bugs.eval_through_ddp --fix module
+    python -m torch.distributed.run --standalone --nproc-per-node 2 \\
+        -m mnist_helpers.workers.bugs.eval_through_ddp --fix all
+
+A model without buffers (``--model net``) does not hang: nothing to broadcast. That is why the bug hides until a
+BatchNorm layer appears.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mnist_helpers.io import write_json
+from mnist_helpers.models import build_model
+
+
+def evaluate(model, X, y) -> float:
+    model.eval()
+    with torch.no_grad():
+        acc = (model(X).argmax(1) == y).float().mean().item()
+    model.train()
+    return acc
+
+
+@record
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fix", choices=("none", "module", "all"), default="none",
+                    help="module: rank 0 evaluates model.module; all: every rank evaluates through the wrapper")
+    ap.add_argument("--model", default="netbn", help="netbn (BatchNorm: the hang) or net (no buffers: no hang)")
+    ap.add_argument("--steps", type=int, default=3, help="training steps before the evaluation")
+    ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
+    ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
+    args = ap.parse_args(argv)
+    if "RANK" not in os.environ:  # plain Python: a world of one
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
+    try:
+        rank, world_size = dist.get_rank(), dist.get_world_size()
+        torch.manual_seed(0)
+        model = DDP(build_model(args.model))               # broadcast_buffers=True, DDP's default
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(rank)
+        X, y = torch.randn(64, 1, 28, 28, generator=g), torch.randint(0, 10, (64,), generator=g)
+        for _ in range(args.steps):
+            opt.zero_grad()
+            F.cross_entropy(model(X), y).backward()
+            opt.step()
+        Xt, yt = torch.randn(256, 1, 28, 28, generator=g), torch.randint(0, 10, (256,), generator=g)
+        start = time.perf_counter()
+        acc = None
+        if args.fix == "all":
+            acc = evaluate(model, Xt, yt)                   # every rank joins DDP's buffer broadcast
+        elif rank == 0:
+            acc = evaluate(model.module if args.fix == "module" else model, Xt, yt)  # the bug: the wrapper
+        if rank == 0:
+            print(f"[rank 0] evaluated ({'model.module' if args.fix == 'module' else 'DDP wrapper'}) "
+                  f"in {time.perf_counter() - start:.2f} s", flush=True)
+        dist.barrier()                                       # "everyone waits for rank 0's evaluation"
+        summary = {"world_size": world_size, "fix": args.fix, "model": args.model, "acc": acc,
+                   "buffers": sum(1 for _ in model.module.buffers()),
+                   "seconds": time.perf_counter() - start}
+        if rank == 0:
+            print(f"[rank 0] all ranks passed the barrier ({args.fix=})", flush=True)
+            if args.out:
+                write_json(args.out, summary)
+        return summary
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
