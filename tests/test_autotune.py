@@ -1,7 +1,8 @@
 """autotune (notebook 09) on tiny budgets: every stage measured or marked skipped, a valid configuration."""
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import (autotune, evidence_table, lr_optimizer_gain, measure_steps, stage_gains)
+from mnist_helpers.lessons.l09_profiling import (NotMeasured, _Budget, autotune, evidence_table, measure_steps,
+                                                 search_stage, stage_gains)
 from mnist_helpers.train import TrainConfig
 
 
@@ -49,12 +50,30 @@ def test_bad_arguments_are_refused():
         measure_steps("fastnet", 0, device="cpu")
 
 
-def test_lr_optimizer_gain_counts_steps_to_the_default_accuracy(small_mnist):
-    X, y, X_test, y_test = small_mnist
-    res = lr_optimizer_gain((X[:256], y[:256], X_test[:100], y_test[:100]),
-                            candidates=(("adam", 1e-3), ("adam", 3e-3)), batch_size=16, steps=4, eval_every=2)
-    assert res["rows"][0]["steps_to_target"] is not None  # the default reaches its own final accuracy
-    assert res["gain"] >= 1.0 and len(res["rows"]) == 2
-    with pytest.raises(ValueError, match="optimizer must be adam or sgd"):
-        lr_optimizer_gain((X[:64], y[:64], X_test[:10], y_test[:10]), candidates=(("rmsprop", 1e-3),), steps=4,
-                          eval_every=2)
+def test_search_stage_measures_the_first_records_the_rest_and_picks_the_fastest():
+    rows = []
+
+    def record(stage, setting, status, result=None):
+        rows.append({"stage": stage, "setting": setting, "status": status, "chosen": False,
+                     "images_per_s": result["images_per_s"] if result else None})
+        return rows[-1]
+
+    def measure(setting):
+        if setting == "oom":
+            raise NotMeasured("out of memory")
+        return {"images_per_s": {"a": 10.0, "b": 30.0, "c": 20.0}[setting]}
+
+    roomy = _Budget(100.0, ["batch_size"])
+    roomy.start("batch_size")
+    best = search_stage("batch_size", ["a", "oom", "b", "c"], measure, roomy, record)
+    assert best["setting"] == "b" and best["chosen"] and sum(r["chosen"] for r in rows) == 1
+    assert [r["status"] for r in rows] == ["measured", "out of memory", "measured", "measured"]
+    rows.clear()
+    spent = _Budget(1e-9, ["nproc"])
+    spent.start("nproc")
+    best = search_stage("nproc", ["a", "b"], measure, spent, record, cost_s=25)
+    assert best["setting"] == "a"  # the first is measured whatever the budget
+    assert rows[1]["status"] == "skipped (budget: a launch takes ~25 s)"
+    rows.clear()
+    with pytest.raises(RuntimeError, match="no batch_size candidate could be measured"):
+        search_stage("batch_size", ["oom"], measure, roomy, record)

@@ -49,26 +49,12 @@ def test_best_configuration_per_machine(log):
     assert [b["name"] for b in slow_ok] == ["baseline-tensor"]
 
 
-def test_lever_gains_and_priority_verdict(log):
-    gains = library.lever_gains(library.load(log))
-    by = {g["lever"]: g["gain"] for g in gains}
-    assert by == pytest.approx({1: 3.0, 2: 2.0, 3: 1.2, 4: 1.1})
-    v = library.priority_verdict(gains)
-    assert v["verdict"] == "holds" and v["measured_order"] == [1, 2, 3, 4] and v["missing"] == []
-    swapped = [dict(g, gain=5.0) if g["lever"] == 4 else g for g in gains]
-    assert library.priority_verdict(swapped)["verdict"] == "does not hold here"
-    first_only = [dict(g, gain=0.5) if g["lever"] == 2 else g for g in gains]
-    assert library.priority_verdict(first_only)["verdict"] == "partly holds"
-    assert library.priority_verdict(gains[:1])["verdict"] == "not enough evidence"
-
-
 def test_empty_log_degrades_to_messages(tmp_path, capsys):
     rows = library.load(tmp_path / "none.jsonl")
     assert rows == [] and library.overview(rows).empty and library.runs_table(rows).empty
     library.show_runs(rows)
     assert library.NO_THROUGHPUT in capsys.readouterr().out
-    assert library.best_per_machine(rows) == [] and library.lever_gains(rows) == []
-    assert library.priority_verdict([])["verdict"] == "not enough evidence"
+    assert library.best_per_machine(rows) == []
     assert library.export_csv(rows, tmp_path / "e.csv").read_text().startswith("notebook,name")
 
 
@@ -85,5 +71,4 @@ def test_csv_export_and_static_dashboard(log, tmp_path, capsys):
     assert [r["name"] for r in library.filter_rows(rows, notebook="06", machine="CPU-B x8")] == ["single"]
     box = library.dashboard(rows, interactive=True)
     assert box is not None and len(box.children) == 2
-    library.plot_gains(library.priority_verdict(library.lever_gains(rows)))
     library.plot_runs([])

@@ -1,10 +1,10 @@
-"""Profiling helpers (notebook 09): labelled steps, the trace, the time breakdown, Timer statistics, the DDP worker."""
+"""Profiling helpers (notebook 09): labelled steps, the trace, the time breakdown, the DDP worker (profile and
+time-to-accuracy modes)."""
 import json
 
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import (LABELS, bottleneck, profile_training, time_breakdown, time_step,
-                                     timer_compare)
+from mnist_helpers.lessons.l09_profiling import LABELS, bottleneck, profile_training, time_breakdown
 
 
 @pytest.fixture(scope="module")
@@ -50,17 +50,6 @@ def test_bad_schedule_is_refused():
         profile_training("fastnet", wait=-1)
 
 
-def test_timer_reports_median_and_iqr_over_several_runs():
-    res = timer_compare("fastnet", threads=(1,), channels_last=(False, True), batch_sizes=(8,), base_batch=8,
-                        base_threads=1, min_run_time=0.01, min_runs=3)
-    assert [(r["comparison"], r["setting"]) for r in res["rows"]] == [
-        ("threads", 1), ("channels_last", False), ("channels_last", True), ("batch_size", 8)]
-    assert all(r["runs"] >= 3 and r["iqr_ms"] >= 0 for r in res["rows"])
-    assert res["rows"][1]["relative"] == 1.0 and "channels_last" in res["text"]
-    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
-        time_step("fastnet", batch_size=0)
-
-
 def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
     from mnist_helpers.launch import torchrun
 
@@ -76,3 +65,16 @@ def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
     events = json.loads(trace.read_text())["traceEvents"]
     assert any(ev.get("name") == "all-reduce" for ev in events)
     assert set(LABELS) <= {ev.get("name") for ev in events}
+
+
+def test_two_process_worker_trains_to_a_target_accuracy(mnist_root):
+    from mnist_helpers.launch import torchrun
+
+    res = torchrun("mnist_helpers.workers.bench.profile_ddp",
+                   ["--time-to-accuracy", "0.3", "--model", "fastnet", "--batch-size", "16", "--subset", "512",
+                    "--test-subset", "100", "--eval-every-images", "64", "--max-images", "2048", "--lr", "0.003"],
+                   nproc=2, timeout=120, echo=False)
+    assert res["world_size"] == 2 and res["mode"] == "time to accuracy"
+    tta = res["time_to_accuracy"]
+    assert tta["reached"] and tta["seconds"] > 0 and tta["final_acc"] >= 0.3
+    assert all(images % 64 == 0 for images, _, _ in tta["curve"])  # evaluated every 64 images counted over both ranks

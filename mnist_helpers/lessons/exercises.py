@@ -425,7 +425,8 @@ def check_tuning_priority(answer) -> Feedback:
         return _say(False, f"use each of the four names exactly once; missing: {missing}.")
     if order == TUNING_PRIORITY:
         return _say(True, "batch size & workers, then LR & optimizer, then AMP & accumulation, then distribution: "
-                          "cheapest and largest levers first. Notebook 09 checks the order against this series' runs.")
+                          "cheapest levers first. Notebook 09 measures each lever's gain in time to accuracy; the "
+                          "order of effort is the article's advice, which a measurement of gains does not judge.")
     first = next(i for i, (a, b) in enumerate(zip(order, TUNING_PRIORITY)) if a != b)
     return _say(False, f"position {first + 1} is wrong ({order[first]!r}). Hint: the article starts with what feeds "
                        "the device and ends with adding devices.")

@@ -1,36 +1,33 @@
-"""Profiling, auto-configuration and the experience library (lesson module of 09_profiling_and_autotune).
+"""Profiling, auto-configuration, the article's tuning priority and the experience library (lesson module of
+09_profiling_and_autotune).
 
-The article's last section in three parts: "automate with torch.profiler, torch.utils.benchmark and torchrun",
-"tune in the order batch size & workers > LR & optimizer > AMP & accumulation > distribution", and "record
-every experiment to build your own knowledge base".
+The article's last section: "automate with torch.profiler, torch.utils.benchmark and torchrun", "tune in the order
+batch size & workers > LR & optimizer > AMP & accumulation > distribution", "record every experiment to build your
+own knowledge base". The notebook writes the profiler and Timer calls out in its cells; this module holds what they
+share with the 2-process worker and the measurement harness.
 
-1. Where does a training step spend its time?
-   - ``torch.profiler``: :func:`profile_training` runs labelled steps (``data`` / ``forward`` / ``backward`` /
-     ``all-reduce`` / ``optimizer`` via ``record_function``, see :func:`labelled_step`) under a wait / warm-up /
-     active schedule, writes a Chrome/Perfetto trace (open it at https://ui.perfetto.dev or chrome://tracing)
-     and returns the profiler's top-operator table; :func:`time_breakdown` sums the labels into data wait,
-     compute and communication, :func:`bottleneck` reads it in one line. The DDP worker
-     ``mnist_helpers/workers/bench/profile_ddp.py`` runs the same loop in 2 processes.
-   - ``torch.utils.benchmark.Timer``: :func:`timer_compare` times one training step (``train.train_step``)
-     under several settings (threads, channels_last, batch size) and reports median and IQR of many runs.
+1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py``:
+   :func:`profile_training` runs labelled steps (``data`` / ``forward`` / ``backward`` / ``all-reduce`` /
+   ``optimizer`` via ``record_function``, :func:`labelled_step`) under a wait / warm-up / active schedule;
+   :func:`time_breakdown` sums the labels into data wait, compute and communication, :func:`bottleneck` reads it.
 
-2. Pick a configuration for *this* machine by measuring, under a time budget: :func:`autotune` runs the
-   article's order as a search (threads, batch size, data feed, AMP dtype, processes per node), each candidate
-   timed on real training steps (:func:`measure_steps`: median of repeats after a warm-up); what the budget did
-   not allow is recorded as skipped, never guessed. :func:`evidence_table` is its evidence as a DataFrame;
-   :func:`lr_optimizer_gain` measures the lever autotune does not touch (LR & optimizer) in steps to accuracy.
+2. :func:`autotune`: a measured search of threads, batch size, data feed, AMP dtype and processes per node under a
+   time budget; every stage runs the same loop (:func:`search_stage`), each candidate timed on real training steps
+   (:func:`measure_steps`); what the budget did not allow is recorded as skipped, never guessed.
 
-3. The experience library: every run the series logged (``mnist_helpers.experiments``), compared across
-   notebooks and machines (:func:`overview`, :func:`runs_table`: DataFrames), the fastest configuration per
-   machine, each tuning lever's measured gain (:func:`lever_gains`) and a computed verdict on the article's
-   priority order (:func:`priority_verdict`), a CSV export and a small dashboard. Every function accepts an
-   empty log (a fresh clone).
+3. The tuning priority, measured: :func:`time_to_accuracy` (training time to a target test accuracy, the one
+   currency every lever is paid in), :func:`lever_plan` (the article's baseline and each lever applied alone),
+   :func:`side_by_side` (seeds interleaved; the distribution lever through torchrun), :func:`priority_verdict`
+   (the gains' order against the article's, with their spread).
 
-    from mnist_helpers.display import show
-    from mnist_helpers.lessons.l09_profiling import autotune, evidence_table, profile_training, time_breakdown
-    res = profile_training(model="net", batch_size=128, trace_path="results/09_trace.json")
-    print(res["table"]); show(time_breakdown(res["events"], res["steps"]))
-    tuned = autotune(budget_s=60); show(evidence_table(tuned["evidence"]))
+4. The experience library: every run the series logged (``mnist_helpers.experiments``), compared across notebooks
+   and machines (:func:`overview`, :func:`runs_table`: DataFrames), the fastest configuration per machine, a CSV
+   export and a small dashboard. Every function accepts an empty log (a fresh clone).
+
+    from mnist_helpers.lessons.l09_profiling import ARTICLE_BASELINE, lever_plan, priority_verdict, side_by_side
+    plan = lever_plan(ARTICLE_BASELINE, {1: {"loader": "tensor", "num_workers": 0}, 3: {"amp": "bf16"}})
+    rows = side_by_side(plan, target=0.97, seeds=(0, 1, 2))
+    print(priority_verdict(rows)["verdict"])
 """
 from __future__ import annotations
 
@@ -47,7 +44,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, record_function
-from torch.utils import benchmark
 from torch.utils.data import Subset
 
 from mnist_helpers.data import TensorBatches, load_mnist, make_loader, mnist_datasets
@@ -58,8 +54,8 @@ from mnist_helpers.live import ipython_kernel_active
 from mnist_helpers.memory import is_oom
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
-from mnist_helpers.train import (AMP_DTYPES, TrainConfig, check_amp, evaluate, make_train_batches, select_device,
-                                 train_step)
+from mnist_helpers.train import (AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, make_train_batches,
+                                 select_device, synchronize, train_step)
 
 # --------------------------------------------------------------------------- 1. torch.profiler
 
@@ -249,75 +245,6 @@ def bottleneck(breakdown: list[dict]) -> str:
     return f"{top['part']} dominates ({top['share']:.0%} of the step): {advice[top['part']]}"
 
 
-# --------------------------------------------------------------------------- torch.utils.benchmark
-
-STEP_STMT = "train_step(net, opt, X, y)"  # what the Timer runs: the series' one training step
-
-
-def _step_stmt_globals(model_name: str, batch_size: int, channels_last: bool, device) -> dict:
-    """The names :data:`STEP_STMT` needs: a seeded model, its Adam, one random batch; warmed up once."""
-    torch.manual_seed(0)
-    net = build_model(model_name).to(device)
-    X = torch.randn(batch_size, 1, 28, 28, device=device)
-    if channels_last:
-        net = net.to(memory_format=torch.channels_last)
-        X = X.contiguous(memory_format=torch.channels_last)
-    y = torch.randint(0, 10, (batch_size,), device=device)
-    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
-    train_step(net, opt, X, y)  # warm-up: the first call allocates optimizer state and picks kernels
-    return {"train_step": train_step, "net": net, "opt": opt, "X": X, "y": y}
-
-
-def time_step(model: str = "net", *, batch_size: int = 128, threads: int | None = None, channels_last: bool = False,
-              device=None, min_run_time: float = 1.0, min_runs: int = 5, label: str = "train step",
-              sub_label: str = "", description: str = ""):
-    """One ``torch.utils.benchmark.Measurement`` of a full training step (forward, backward, Adam), with at
-    least ``min_runs`` timed runs so that its median and IQR mean something even when a step is slow."""
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
-    if min_run_time <= 0:
-        raise ValueError(f"min_run_time must be positive seconds, got {min_run_time!r}")
-    device = select_device("cpu" if device is None else str(device))
-    g = _step_stmt_globals(model, batch_size, channels_last, device)
-    timer = benchmark.Timer(stmt=STEP_STMT, globals=g, num_threads=threads or torch.get_num_threads(),
-                            label=label, sub_label=sub_label, description=description)
-    m = timer.blocked_autorange(min_run_time=min_run_time)
-    while len(m.times) < min_runs:
-        m = benchmark.Measurement.merge([m, timer.timeit(number=1)])[0]
-    return m
-
-
-def timer_compare(model: str = "net", *, threads: Iterable[int] = (1, 2), channels_last: Iterable[bool] = (False, True),
-                  batch_sizes: Iterable[int] = (64, 128, 256), base_batch: int = 128, base_threads: int | None = None,
-                  device=None, min_run_time: float = 1.0, min_runs: int = 5) -> dict:
-    """Time a training step while changing one thing at a time (threads, channels_last, batch size).
-
-    Returns ``{"rows": [{comparison, setting, median_ms, iqr_ms, runs, images_per_s, relative}], "text":
-    benchmark.Compare's table}``; ``relative`` is images/s over the first setting of the same comparison.
-    """
-    base_threads = base_threads or torch.get_num_threads()
-    plan = [("threads", t, dict(threads=t, batch_size=base_batch)) for t in threads]
-    plan += [("channels_last", c, dict(channels_last=c, threads=base_threads, batch_size=base_batch))
-             for c in channels_last]
-    plan += [("batch_size", b, dict(batch_size=b, threads=base_threads)) for b in batch_sizes]
-    if not plan:
-        raise ValueError("nothing to compare: give at least one of threads, channels_last, batch_sizes")
-    rows, measurements, first = [], [], {}
-    for comparison, setting, kw in plan:
-        m = time_step(model, device=device, min_run_time=min_run_time, min_runs=min_runs, label=f"{model} train step",
-                      sub_label=comparison, description=f"{comparison}={setting}", **kw)
-        measurements.append(m)
-        b = kw["batch_size"]
-        ips = b / m.median
-        first.setdefault(comparison, ips)
-        rows.append({"comparison": comparison, "setting": setting, "median_ms": m.median * 1e3,
-                     "iqr_ms": m.iqr * 1e3, "runs": len(m.times), "images_per_s": ips,
-                     "relative": ips / first[comparison]})
-    return {"rows": rows, "text": str(benchmark.Compare(measurements))}
-
-
 # --------------------------------------------------------------------------- 2. autotune
 
 STAGES = ("threads", "batch_size", "loader", "amp", "nproc")
@@ -423,6 +350,38 @@ def _candidates_batch(max_batch_size: int, start: int = 128, smallest: int = 32)
     return [start] + up + down
 
 
+class NotMeasured(Exception):
+    """A candidate that cannot run here (out of memory, an unsupported dtype): recorded with the reason, never
+    guessed."""
+
+
+def search_stage(stage: str, candidates: list, measure: Callable, budget: _Budget, record: Callable, *,
+                 cost_s: float = 0.0) -> dict:
+    """The loop every stage of :func:`autotune` runs. ``candidates`` start with the article's choice;
+    ``measure(setting)`` times one on real training steps (:func:`measure_steps`) and raises :class:`NotMeasured`
+    when it cannot run here; ``record(stage, setting, status, result)`` adds an evidence row and returns it.
+    Returns the fastest measured row, marked ``chosen``."""
+    rows = []
+    for i, setting in enumerate(candidates):
+        if i and not budget.allows(cost_s):  # the first candidate is always measured; the rest while time is left
+            why = f": a launch takes ~{cost_s:.0f} s" if cost_s else ""
+            rows.append(record(stage, setting, f"skipped (budget{why})"))
+            continue
+        try:
+            result = measure(setting)
+        except NotMeasured as why:
+            rows.append(record(stage, setting, str(why)))
+            continue
+        rows.append(record(stage, setting, "measured", result))
+    measured = [r for r in rows if r["images_per_s"] is not None]
+    if not measured:
+        raise RuntimeError(f"autotune: no {stage} candidate could be measured here ({rows[0]['status']}); "
+                           f"give other candidates for {stage}")
+    best = max(measured, key=lambda r: r["images_per_s"])
+    best["chosen"] = True
+    return best
+
+
 def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_batch_size: int = 1024,
              threads: list[int] | None = None, num_workers: list[int] | None = None, amp: list[str] | None = None,
              nproc: list[int] | None = None, subset: int = 2048, steps: int = 3, repeats: int = 3,
@@ -430,12 +389,11 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
     """Search threads, batch size, data feed, AMP dtype and processes per node within ``budget_s`` seconds.
 
     Each stage starts from the article's choice (torch's threads, batch 128, a DataLoader with 4 workers,
-    fp32, one process), so "best over first candidate" is the gain over the article's defaults.
-
-    The first candidate of every stage is always measured (so the result is a measured configuration even
-    on a tiny budget); later candidates run only while the stage's share of the budget lasts, and are
-    recorded with ``status="skipped (budget)"`` otherwise. ``nproc`` candidates above 1 are measured with a
-    real torchrun launch of ``workers.profile_ddp`` (start-up excluded), when ``launch_cost_s`` fits.
+    fp32, one process), so "best over first candidate" is the gain over the article's defaults. Every stage runs
+    :func:`search_stage`: the first candidate is always measured (so the result is a measured configuration even
+    on a tiny budget); later candidates run only while the stage's share of the budget lasts, and are recorded
+    with ``status="skipped (budget)"`` otherwise. ``nproc`` candidates above 1 are measured with a real torchrun
+    launch of ``workers.bench.profile_ddp`` (start-up excluded), when ``launch_cost_s`` fits.
 
     Returns ``{"config": TrainConfig kwargs, "nproc", "evidence": [rows], "elapsed_s", "budget_s", "device"}``.
     """
@@ -466,24 +424,20 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
 
     budget = _Budget(budget_s, STAGES)
     evidence: list[dict] = []
-    chosen = {"threads": threads[0], "batch_size": min(128, max_batch_size), "loader": "tensor", "num_workers": 0, "amp": "none"}
+    chosen = {"threads": threads[0], "batch_size": min(128, max_batch_size), "loader": "tensor", "num_workers": 0,
+              "amp": "none"}
+    feeds = {f"dataloader, {w} workers": ("dataloader", w) for w in sorted(num_workers, reverse=True)}
+    feeds["tensor (in memory)"] = ("tensor", 0)  # the article's feed first (the most workers), then fewer, tensors
 
-    def record(stage, setting, status, result=None, **extra):
+    def record(stage, setting, status, result=None):
+        extra = dict(zip(("loader", "num_workers"), feeds[setting])) if stage == "loader" else {}
         row = {"stage": stage, "setting": setting, "status": status,
                "images_per_s": result["images_per_s"] if result else None,
                "iqr_images_per_s": result["iqr_images_per_s"] if result else None, "chosen": False, **extra}
         evidence.append(row)
-        if result:
-            say(f"  {stage} {setting}: {row['images_per_s']:,.0f} img/s (IQR {row['iqr_images_per_s']:,.0f})")
-        else:
-            say(f"  {stage} {setting}: {status}")
+        say(f"  {stage} {setting}: " + (f"{row['images_per_s']:,.0f} img/s (IQR {row['iqr_images_per_s']:,.0f})"
+                                        if result else status))
         return row
-
-    def pick(stage):
-        rows = [r for r in evidence if r["stage"] == stage and r["images_per_s"] is not None]
-        best = max(rows, key=lambda r: r["images_per_s"])
-        best["chosen"] = True
-        return best
 
     def measure(batch_size=None, **kw):
         args = dict(device=dev, amp=chosen["amp"], threads=chosen["threads"] if dev.type == "cpu" else None,
@@ -491,93 +445,70 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
         args.update(kw)
         return measure_steps(model, batch_size or chosen["batch_size"], **args)
 
-    say(f"autotune on {dev} ({cores} cores{f', {gpus} GPU(s)' if gpus else ''}), budget {budget_s:.0f} s")
-    # 1. threads (CPU): intra-op threads for one process
-    budget.start("threads")
-    for i, t in enumerate(threads):
-        if i and not budget.allows():
-            record("threads", t, "skipped (budget)")
-            continue
-        record("threads", t, "measured", measure(threads=t, batch_size=chosen["batch_size"]))
-    chosen["threads"] = pick("threads")["setting"]
+    too_big = []  # batch sizes that ran out of memory
 
-    # 2. batch size: double until out of memory or out of budget; keep the fastest
-    budget.start("batch_size")
-    largest = None
-    too_big = None
-    for i, b in enumerate(_candidates_batch(max_batch_size)):
-        if too_big is not None and b >= too_big:
-            record("batch_size", b, "not tried (a smaller size ran out of memory)")
-            continue
-        if i and not budget.allows():
-            record("batch_size", b, "skipped (budget)")
-            continue
+    def measure_batch(b):
+        if too_big and b >= min(too_big):
+            raise NotMeasured("not tried (a smaller size ran out of memory)")
         try:
-            res = measure(batch_size=b)
+            return measure(batch_size=b)
         except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected here
             if not is_oom(exc):
                 raise
-            record("batch_size", b, "out of memory")
-            too_big = b
-            continue
-        largest = max(largest or 0, b)
-        record("batch_size", b, "measured", res)
-    best_b = pick("batch_size")
-    chosen["batch_size"] = best_b["setting"]
-    best_b["note"] = f"largest measured that fit: {largest}"
+            too_big.append(b)
+            raise NotMeasured("out of memory") from None
 
-    # 3. the data feed: in-memory tensors, or a DataLoader with num_workers
-    budget.start("loader")
-    X, y, _, _ = load_mnist(subset=(subset, 1))
-    # the article's feed first (a DataLoader with the most workers asked for: 4 by default), then fewer, then tensors
-    feeds = [("dataloader", w) for w in sorted(num_workers, reverse=True)] + [("tensor", 0)]
-    for i, (kind, w) in enumerate(feeds):
-        setting = "tensor (in memory)" if kind == "tensor" else f"dataloader, {w} workers"
-        if i and not budget.allows():
-            record("loader", setting, "skipped (budget)", loader=kind, num_workers=w)
-            continue
+    X, y = None, None
+
+    def measure_feed(setting):
+        nonlocal X, y
+        kind, w = feeds[setting]
         if kind == "tensor":
+            if X is None:
+                X, y, _, _ = load_mnist(subset=(subset, 1))
             batches = TensorBatches(X, y, chosen["batch_size"], shuffle=True, drop_last=True)
         else:
             ds = Subset(mnist_datasets()[0], range(subset))
             batches = make_loader(ds, chosen["batch_size"], num_workers=w, pin_memory=dev.type == "cuda",
                                   persistent_workers=w > 0)
-        record("loader", setting, "measured", measure(batches=batches), loader=kind, num_workers=w)
-        del batches
-    best_l = pick("loader")
-    chosen["loader"], chosen["num_workers"] = best_l["loader"], best_l["num_workers"]
+        return measure(batches=batches)
 
-    # 4. mixed precision
-    budget.start("amp")
-    for i, a in enumerate(amp):
-        if i and not budget.allows():
-            record("amp", a, "skipped (budget)")
-            continue
+    def measure_amp(a):
         try:
             check_amp(a, dev)
         except ValueError as e:
-            record("amp", a, f"unsupported: {e}")
-            continue
-        record("amp", a, "measured", measure(amp=a))
-    chosen["amp"] = pick("amp")["setting"]
+            raise NotMeasured(f"unsupported: {e}") from None
+        return measure(amp=a)
 
-    # 5. processes per node: 1 is what we measured in-process; more need a real launch
-    budget.start("nproc")
-    base = max(r["images_per_s"] for r in evidence if r["stage"] == "amp" and r["images_per_s"])
-    best_row = next(r for r in evidence if r["stage"] == "amp" and r["chosen"])
-    for n in nproc:
-        if n == 1:
-            record("nproc", 1, "measured", {"images_per_s": base, "iqr_images_per_s": best_row["iqr_images_per_s"]})
-            continue
-        if not budget.allows(launch_cost_s):
-            record("nproc", n, f"skipped (budget: a launch takes ~{launch_cost_s:.0f} s)")
-            continue
-        record("nproc", n, "measured", measure_processes(n, model=model, batch_size=chosen["batch_size"],
-                                                          threads=max(cores // n, 1) if dev.type == "cpu" else None,
-                                                          active=max(steps * repeats, 3)))
-    n_best = pick("nproc")["setting"]
+    def measure_nproc(n):
+        if n == 1:  # what the amp stage measured in this process
+            best = next(r for r in evidence if r["stage"] == "amp" and r["chosen"])
+            return {"images_per_s": best["images_per_s"], "iqr_images_per_s": best["iqr_images_per_s"]}
+        return measure_processes(n, model=model, batch_size=chosen["batch_size"],
+                                 threads=max(cores // n, 1) if dev.type == "cpu" else None,
+                                 active=max(steps * repeats, 3))
+
+    say(f"autotune on {dev} ({cores} cores{f', {gpus} GPU(s)' if gpus else ''}), budget {budget_s:.0f} s")
+    stages = (("threads", threads, lambda t: measure(threads=t), 0.0),
+              ("batch_size", _candidates_batch(max_batch_size), measure_batch, 0.0),
+              ("loader", list(feeds), measure_feed, 0.0),
+              ("amp", amp, measure_amp, 0.0),
+              ("nproc", sorted(nproc), measure_nproc, launch_cost_s))
+    picked = {}
+    for stage, candidates, run, cost in stages:
+        budget.start(stage)
+        best = search_stage(stage, candidates, run, budget, record, cost_s=cost)
+        picked[stage] = best
+        if stage == "loader":
+            chosen["loader"], chosen["num_workers"] = feeds[best["setting"]]
+        elif stage != "nproc":
+            chosen[stage] = best["setting"]
+    largest = max((r["setting"] for r in evidence if r["stage"] == "batch_size" and r["images_per_s"]), default=None)
+    picked["batch_size"]["note"] = f"largest measured that fit: {largest}"
+    n_best = picked["nproc"]["setting"]
     config = {"model": model, "batch_size": chosen["batch_size"], "loader": chosen["loader"],
-              "num_workers": chosen["num_workers"], "pin_memory": dev.type == "cuda" and chosen["loader"] == "dataloader",
+              "num_workers": chosen["num_workers"],
+              "pin_memory": dev.type == "cuda" and chosen["loader"] == "dataloader",
               "amp": chosen["amp"], "threads": chosen["threads"] if dev.type == "cpu" else None}
     if n_best > 1 and config["threads"]:
         config["threads"] = max(cores // n_best, 1)
@@ -620,59 +551,257 @@ def stage_gains(evidence: list[dict]) -> dict:
     return out
 
 
-# --------------------------------------------------------------------------- LR & optimizer
+# --------------------------------------------------------------------------- 3. the article's tuning priority, measured
 
-def lr_optimizer_gain(data, *, candidates=(("adam", 1e-3), ("adam", 3e-3), ("sgd", 0.05)), model: str = "fastnet",
-                      batch_size: int = 128, steps: int = 60, eval_every: int = 10, seed: int = 0,
-                      device="cpu") -> dict:
-    """How much sooner (in optimizer steps) each (optimizer, lr) reaches the first candidate's final accuracy.
+LEVERS = {1: "batch size & workers", 2: "LR & optimizer", 3: "AMP & accumulation", 4: "distribution"}
+PRIORITY_TAG = "priority"
+# the article's 5.1 recipe: the baseline every lever is applied to, alone
+ARTICLE_BASELINE = {"model": "net", "batch_size": 128, "loader": "dataloader", "num_workers": 4, "pin_memory": True,
+                    "optimizer": "adam", "lr": 1e-3, "amp": "none"}
+EFFORT_NOTE = ("the article's order is also an order of effort (cheap knobs first, distribution last); a measurement "
+               "of gains does not judge that")
 
-    ``data``: ``(X, y, X_test, y_test)``. Every candidate trains the same seeded model on the same batches.
-    Returns ``{"rows": [{optimizer, lr, final_acc, steps_to_target}], "target", "gain"}``, where gain is
-    the first candidate's steps over the best candidate's steps to the target (a time-to-accuracy speedup;
-    steps cost the same whatever the LR).
+
+def time_to_accuracy(cfg: TrainConfig, X_test: torch.Tensor, y_test: torch.Tensor, target: float, *,
+                     eval_every_images: int = 2560, max_images: int = 180_000, ctx=None) -> dict:
+    """Train ``cfg`` until the test accuracy on ``(X_test, y_test)`` reaches ``target``; return how long it took.
+
+    The clock runs while training (waiting for batches included) and stops while evaluating, every
+    ``eval_every_images`` training images (counted over all processes, so a 2-process run evaluates at the same
+    points as one process). ``ctx`` (``distributed.init_distributed``'s context) makes it a DDP run: the model is
+    wrapped in DistributedDataParallel, every rank evaluates the same (identical) model and they agree to stop.
+
+    Returns ``{"seconds" (None if the target was not reached within max_images), "reached", "images", "steps",
+    "final_acc", "curve": [(images, seconds, acc)]}``.
     """
-    X, y, X_test, y_test = data
-    if steps < eval_every or eval_every < 1:
-        raise ValueError(f"steps ({steps}) must be >= eval_every ({eval_every}) >= 1")
-    if not candidates:
-        raise ValueError("candidates must list at least one (optimizer, lr) pair, the first being the default")
-    curves = []
-    for opt_name, lr in candidates:
-        if opt_name not in ("adam", "sgd"):
-            raise ValueError(f"optimizer must be adam or sgd, got {opt_name!r}")
-        torch.manual_seed(seed)
-        net = build_model(model).to(device)
-        opt = (torch.optim.Adam(net.parameters(), lr=lr) if opt_name == "adam"
-               else torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True))
-        batches = TensorBatches(X, y, batch_size, shuffle=True, seed=seed)
-        curve, done = [], 0
-        while done < steps:
-            for Xb, yb in batches:
-                net.train()  # evaluate() below leaves the model in eval mode
-                train_step(net, opt, Xb, yb)
-                done += 1
-                if done % eval_every == 0:
-                    curve.append((done, evaluate(net, X_test, y_test, 1024)["acc"]))
-                if done >= steps:
+    if not 0 < target < 1:
+        raise ValueError(f"target must be an accuracy between 0 and 1, got {target!r}")
+    if not isinstance(eval_every_images, int) or eval_every_images < 1:
+        raise ValueError(f"eval_every_images must be a positive integer, got {eval_every_images!r}")
+    if max_images < eval_every_images:
+        raise ValueError(f"max_images ({max_images}) must be at least eval_every_images ({eval_every_images})")
+    rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
+    device = ctx.device if ctx is not None else select_device(cfg.device)
+    threads_before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx, device, rank, world)
+    finally:
+        torch.set_num_threads(threads_before)  # the next run starts from the same threads
+
+
+def _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx, device, rank, world) -> dict:
+    batches = make_train_batches(cfg, device, rank=rank, world_size=world)
+    tr = build_training(cfg, device, steps_per_epoch=len(batches))
+    model = tr.model
+    if ctx is not None and ctx.distributed:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    X_test, y_test = X_test.to(device), y_test.to(device)
+    plain = getattr(model, "module", model)
+    seen = steps = 0
+    next_eval, clock, curve, reached, epoch = eval_every_images, 0.0, [], False, 0
+    while not reached and seen < max_images:
+        epoch += 1
+        batches.set_epoch(epoch)
+        model.train()
+        synchronize(device)
+        t0 = time.perf_counter()
+        for X, y in batches:  # the wait for each batch is on the clock
+            X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            train_step(model, tr.optimizer, X, y, amp=cfg.amp, scaler=tr.scaler)
+            seen += len(X) * world
+            steps += 1
+            if seen >= next_eval or seen >= max_images:
+                synchronize(device)
+                clock += time.perf_counter() - t0  # the clock stops for the evaluation
+                acc = evaluate(plain, X_test, y_test, 1024)["acc"]
+                stop = acc >= target
+                if ctx is not None and ctx.distributed:  # every rank stops at the same step
+                    flag = torch.tensor([float(stop)], device=device)
+                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                    stop = bool(flag.item())
+                curve.append((seen, clock, acc))
+                next_eval += eval_every_images
+                if stop or seen >= max_images:
+                    reached = stop
                     break
-        curves.append(curve)
-    target = curves[0][-1][1]
+                model.train()
+                t0 = time.perf_counter()
+    return {"seconds": clock if reached else None, "reached": reached, "images": seen, "steps": steps,
+            "final_acc": curve[-1][2] if curve else None, "curve": curve}
+
+
+def lever_plan(baseline: dict, levers: dict[int, dict], *, nproc_lever: int | None = 4, nproc: int = 2,
+               extra: dict[str, dict] | None = None) -> list[dict]:
+    """The runs of the side-by-side: the baseline, then each lever's change applied alone to it.
+
+    ``levers`` maps a lever (1-4, :data:`LEVERS`) to the ``TrainConfig`` fields it changes; lever ``nproc_lever``
+    changes the number of processes instead (``nproc``, the batch per process halved so the global batch is the
+    baseline's). ``extra``: more named configurations (changes to the baseline) timed alongside, e.g. autotune's
+    choice. Returns ``[{"name", "lever" (0 for the baseline, None for extras), "changes", "cfg", "nproc"}]``.
+    """
+    base = TrainConfig(**baseline)
+    plan = [{"name": "baseline", "lever": 0, "changes": {}, "cfg": base, "nproc": 1}]
+    for lever, changes in sorted(levers.items()):
+        if lever not in LEVERS:
+            raise ValueError(f"lever {lever!r}: the article's levers are {', '.join(map(str, LEVERS))}")
+        changes = dict(changes)
+        n = 1
+        if lever == nproc_lever:
+            n = int(changes.pop("nproc", nproc))
+            if n < 2:
+                raise ValueError(f"the distribution lever needs nproc >= 2, got {n}")
+            if base.batch_size % n:
+                raise ValueError(f"batch_size {base.batch_size} must divide by nproc {n} (same global batch)")
+            changes.setdefault("batch_size", base.batch_size // n)
+        plan.append({"name": f"{lever}. {LEVERS[lever]}", "lever": lever, "changes": changes,
+                     "cfg": base.replace(**changes), "nproc": n})
+    for name, changes in (extra or {}).items():
+        changes = dict(changes)
+        n = int(changes.pop("nproc", 1))
+        plan.append({"name": name, "lever": None, "changes": changes, "cfg": base.replace(**changes), "nproc": n})
+    return plan
+
+
+def _launch_args(cfg: TrainConfig, target: float, test_subset: int, eval_every_images: int, max_images: int) -> list:
+    args = ["--time-to-accuracy", target, "--test-subset", test_subset, "--eval-every-images", eval_every_images,
+            "--max-images", max_images, "--model", cfg.model, "--batch-size", cfg.batch_size, "--loader", cfg.loader,
+            "--num-workers", cfg.num_workers, "--optimizer", cfg.optimizer, "--lr", cfg.lr, "--amp", cfg.amp,
+            "--seed", cfg.seed, "--subset", cfg.subset or 60000]
+    return args
+
+
+def side_by_side(plan: list[dict], target: float, *, seeds=(0, 1, 2), test_subset: int = 2000,
+                 eval_every_images: int = 2560, max_images: int = 180_000, timeout: float = 600,
+                 progress: bool = True) -> list[dict]:
+    """Time every run of ``plan`` (:func:`lever_plan`) to ``target`` test accuracy, once per seed.
+
+    Interleaved: seed 0's runs one after the other, then seed 1's, ... so a slow patch of the machine hits every
+    configuration alike. In-process runs call :func:`time_to_accuracy`; runs with ``nproc`` > 1 launch
+    ``workers.bench.profile_ddp --time-to-accuracy`` under torchrun (the same function in each process; the
+    launch is not on the clock). Returns one row per (seed, run): name, lever, seed, seconds, reached, images,
+    steps, final_acc, curve.
+    """
+    from tqdm.auto import tqdm
+
+    if not plan:
+        raise ValueError("the plan is empty: build it with lever_plan(baseline, levers)")
+    if not seeds:
+        raise ValueError("give at least one seed")
+    _, _, X_test, y_test = load_mnist(subset=(1, test_subset))
     rows = []
-    for (opt_name, lr), curve in zip(candidates, curves):
-        hit = next((s for s, acc in curve if acc >= target), None)
-        rows.append({"optimizer": opt_name, "lr": lr, "final_acc": curve[-1][1], "steps_to_target": hit})
-    reached = [r["steps_to_target"] for r in rows if r["steps_to_target"]]
-    gain = rows[0]["steps_to_target"] / min(reached)
-    return {"rows": rows, "target": target, "gain": gain}
+    jobs = [(seed, run) for seed in seeds for run in plan]
+    for seed, run in tqdm(jobs, desc="time to accuracy", disable=not progress):
+        cfg = run["cfg"].replace(seed=seed)
+        if run["nproc"] > 1:
+            res = torchrun("mnist_helpers.workers.bench.profile_ddp",
+                           _launch_args(cfg, target, test_subset, eval_every_images, max_images),
+                           nproc=run["nproc"], timeout=timeout, echo=False)["time_to_accuracy"]
+        else:
+            res = time_to_accuracy(cfg, X_test, y_test, target, eval_every_images=eval_every_images,
+                                   max_images=max_images)
+        rows.append({"name": run["name"], "lever": run["lever"], "seed": seed, "nproc": run["nproc"], **res})
+    return rows
 
 
-# --------------------------------------------------------------------------- 3. the experience library
+def runs_summary(rows: list[dict]) -> list[dict]:
+    """Per configuration: median seconds to the target (and min-max over seeds), its gain over the baseline of the
+    same seed (median, min-max), how many seeds reached the target."""
+    base = {r["seed"]: r["seconds"] for r in rows if r["lever"] == 0}
+    out, names = [], list(dict.fromkeys(r["name"] for r in rows))
+    for name in names:
+        rs = [r for r in rows if r["name"] == name]
+        secs = [r["seconds"] for r in rs if r["seconds"]]
+        gains = paired_gains(rows, name)
+        row = {"name": name, "lever": rs[0]["lever"], "reached": f"{len(secs)}/{len(rs)}",
+               "median_s": statistics.median(secs) if secs else None, "min_s": min(secs) if secs else None,
+               "max_s": max(secs) if secs else None,
+               "median_images": statistics.median(r["images"] for r in rs),
+               "gain": statistics.median(gains) if gains else None, "gain_min": min(gains) if gains else None,
+               "gain_max": max(gains) if gains else None}
+        if not base:
+            row["gain"] = row["gain_min"] = row["gain_max"] = None
+        out.append(row)
+    return out
+
+
+def paired_gains(rows: list[dict], name: str) -> list[float]:
+    """The baseline's time over ``name``'s time, seed by seed (only seeds where both reached the target)."""
+    base = {r["seed"]: r["seconds"] for r in rows if r["lever"] == 0}
+    return [base[r["seed"]] / r["seconds"] for r in rows
+            if r["name"] == name and r["seconds"] and base.get(r["seed"])]
+
+
+def priority_verdict(rows: list[dict], *, min_repeats: int = 3) -> dict:
+    """Do the measured gains fall in the article's order 1 > 2 > 3 > 4?
+
+    Each lever's gain is the baseline's time to the target over the lever's, paired by seed. ``"holds"`` when every
+    lever's gains sit above the next lever's with no overlap (``claims.separated``); ``"does not hold here"`` when
+    some lever ranked lower by the article beats a higher one with no overlap; otherwise (overlapping spreads,
+    fewer than ``min_repeats`` seeds or fewer than two levers measured) ``"inconclusive"``.
+    Returns ``{"verdict", "why", "levers": {lever: gains}, "pairs": [{a, b, relation}], "measured_order"}``.
+    """
+    from mnist_helpers.claims import separated
+
+    names = {r["lever"]: r["name"] for r in rows if r["lever"]}
+    gains = {lev: paired_gains(rows, names[lev]) for lev in sorted(names)}
+    gains = {lev: g for lev, g in gains.items() if g}
+    levers = sorted(gains)
+    pairs = []
+    for i, a in enumerate(levers):
+        for b in levers[i + 1:]:
+            if separated(gains[a], gains[b]):
+                rel = "in order" if min(gains[a]) > max(gains[b]) else "inverted"
+            else:
+                rel = "overlap"
+            pairs.append({"a": a, "b": b, "relation": rel, "adjacent": levers.index(b) == i + 1})
+    order = sorted(levers, key=lambda lev: -statistics.median(gains[lev]))
+    fewest = min((len(g) for g in gains.values()), default=0)
+    inverted = [p for p in pairs if p["relation"] == "inverted"]
+    if len(levers) < 2:
+        verdict, why = "inconclusive", "fewer than two levers reached the target"
+    elif fewest < min_repeats:
+        verdict, why = "inconclusive", f"{fewest} repeat(s) per lever; at least {min_repeats} are needed to separate"
+    elif inverted:
+        verdict = "does not hold here"
+        why = "; ".join(f"lever {p['b']} beats lever {p['a']} in every repeat" for p in inverted)
+    elif all(p["relation"] == "in order" for p in pairs if p["adjacent"]):
+        verdict, why = "holds", "each lever's gains sit above the next lever's in every repeat"
+    else:
+        overl = [f"{p['a']} and {p['b']}" for p in pairs if p["adjacent"] and p["relation"] == "overlap"]
+        verdict, why = "inconclusive", f"the spreads of levers {', '.join(overl)} overlap"
+    return {"verdict": verdict, "why": why, "levers": gains, "pairs": pairs, "measured_order": order,
+            "missing": [lev for lev in LEVERS if lev not in gains]}
+
+
+def plot_gains(rows: list[dict], verdict: dict | None = None, ax=None):
+    """Each lever's gain over the baseline (median bar, every seed a dot), in the article's order."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 3))
+    levers = sorted({r["lever"] for r in rows if r["lever"]})
+    if not levers:
+        ax.text(0.5, 0.5, "no lever measured yet", ha="center", va="center")
+        ax.set_axis_off()
+        return ax
+    names = {r["lever"]: r["name"] for r in rows if r["lever"]}
+    for i, lev in enumerate(levers):
+        g = paired_gains(rows, names[lev])
+        if g:
+            ax.bar(i, statistics.median(g), color="tab:blue", alpha=0.6)
+            ax.plot([i] * len(g), g, "k.", ms=6)
+    ax.axhline(1.0, color="gray", lw=1, ls="--")
+    ax.set_xticks(range(len(levers)), [names[lev] for lev in levers], fontsize=8)
+    ax.set_ylabel("gain: baseline time / lever's time")
+    ax.set_title("time to the target accuracy" + (f": {verdict['verdict']}" if verdict else ""))
+    return ax
+
+
+# --------------------------------------------------------------------------- 4. the experience library
 
 THROUGHPUT_KEYS = ("images_per_s", "median_images_per_s")
 ACCURACY_KEYS = ("final_test_acc", "test_acc")
-LEVERS = {1: "batch size & workers", 2: "LR & optimizer", 3: "AMP & accumulation", 4: "distribution"}
-PRIORITY_TAG = "priority"
 EMPTY_LOG = "the experiment log is empty: run notebooks 01-08 (any profile) to fill it"
 NO_THROUGHPUT = "no run in the log has a throughput yet"
 
@@ -770,82 +899,6 @@ def best_per_machine(rows: list[dict], min_accuracy: float | None = None) -> lis
     return out
 
 
-# --------------------------------------------------------------------------- the article's priority order
-
-def _by_machine_name(rows, notebook):
-    out = defaultdict(dict)
-    for r in rows:
-        if r.get("notebook") == notebook:
-            out[r.get("machine")][r.get("name")] = r
-    return out
-
-
-def lever_gains(rows: list[dict]) -> list[dict]:
-    """Measured speed-ups per tuning lever, from every notebook that measured one.
-
-    A gain is "how many times sooner training gets to the same point": a throughput ratio, or for
-    LR & optimizer a ratio of steps to the same accuracy. Sources: rows tagged ``priority`` (metrics
-    ``lever`` 1-4 and ``gain``, logged by 09), 02's tensor vs DataLoader feed (lever 1), 05's bf16
-    speed-up (lever 3), 06's 2-process vs 1-process throughput (lever 4).
-    """
-    gains = []
-
-    def add(lever, gain, r, how):
-        if isinstance(gain, (int, float)) and gain > 0:
-            gains.append({"lever": lever, "lever_name": LEVERS[lever], "gain": float(gain), "how": how,
-                          "notebook": r.get("notebook"), "name": r.get("name"), "machine": r.get("machine"),
-                          "time": r.get("time")})
-
-    for r in rows:
-        if PRIORITY_TAG in (r.get("tags") or "").split(",") and r.get("lever") in LEVERS:
-            add(r["lever"], r.get("gain"), r, r.get("how") or r.get("name"))
-        if r.get("notebook") == "05" and isinstance(r.get("bf16_speedup"), (int, float)):
-            add(3, r["bf16_speedup"], r, "bf16 over fp32 images/s (05)")
-    for m, runs in _by_machine_name(rows, "02").items():
-        t, d = runs.get("baseline-tensor"), runs.get("baseline-dataloader")
-        if t and d and throughput(t) and throughput(d):
-            add(1, throughput(t) / throughput(d), t, "in-memory tensors over DataLoader images/s (02)")
-    by_ws = defaultdict(dict)
-    for r in rows:
-        if r.get("notebook") == "06" and isinstance(r.get("world_size"), int) and throughput(r):
-            by_ws[r.get("machine")].setdefault(r["world_size"], r)  # first of each world size
-    for m, ws in by_ws.items():
-        if 1 in ws and 2 in ws:
-            add(4, throughput(ws[2]) / throughput(ws[1]), ws[2], "2 processes over 1, images/s (06)")
-    return gains
-
-
-def priority_verdict(gains: list[dict], machine: str | None = None, tolerance: float = 0.05) -> dict:
-    """Check the article's order (1 batch & workers, 2 LR & optimizer, 3 AMP & accumulation, 4 distribution).
-
-    Per lever, the median of its measured gains (on ``machine``, or on all machines). ``holds`` when the gains fall
-    in the article's order (within ``tolerance``), ``partly holds`` when lever 1 has the largest gain,
-    ``does not hold here`` otherwise, ``not enough evidence`` with fewer than two levers measured.
-    """
-    per: dict[int, list[dict]] = defaultdict(list)
-    for g in gains:
-        if machine is None or g["machine"] == machine:
-            per[g["lever"]].append(g)
-    # the median over every measurement of a lever: one lucky (or unlucky) run on a busy machine cannot decide
-    best = {k: {"gain": statistics.median(g["gain"] for g in gs), "n": len(gs),
-                "how": "; ".join(sorted({g["how"] for g in gs})),
-                "source": ", ".join(sorted({f"{g['notebook']}/{g['name']}" for g in gs}))} for k, gs in per.items()}
-    levers = sorted(best)
-    per_lever = [{"lever": k, "lever_name": LEVERS[k], "median_gain": best[k]["gain"], "measurements": best[k]["n"],
-                  "how": best[k]["how"], "source": best[k]["source"]} for k in levers]
-    measured_order = [k for k in sorted(levers, key=lambda k: -best[k]["gain"])]
-    if len(levers) < 2:
-        verdict = "not enough evidence"
-    elif all(best[a]["gain"] * (1 + tolerance) >= best[b]["gain"] for a, b in zip(levers, levers[1:])):
-        verdict = "holds"
-    elif measured_order[0] == levers[0] == 1:
-        verdict = "partly holds"
-    else:
-        verdict = "does not hold here"
-    return {"verdict": verdict, "levers": per_lever, "measured_order": measured_order,
-            "missing": [k for k in LEVERS if k not in best]}
-
-
 # --------------------------------------------------------------------------- output
 
 def export_csv(rows: list[dict], path) -> Path:
@@ -876,23 +929,6 @@ def plot_runs(rows: list[dict], ax=None, title: str | None = None):
     ax.invert_yaxis()
     ax.set_xlabel("training images/s (text: test accuracy)")
     ax.set_title(title or f"{len(rows)} logged runs on {len(machines(rows))} machine(s)")
-    return ax
-
-
-def plot_gains(verdict: dict, ax=None):
-    """Bars of the median measured gain per lever, in the article's order."""
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3))
-    levers = verdict["levers"]
-    if not levers:
-        ax.text(0.5, 0.5, "no lever measured yet", ha="center", va="center")
-        ax.set_axis_off()
-        return ax
-    ax.bar([f"{v['lever']}. {v['lever_name']}" for v in levers], [v["median_gain"] for v in levers], color="tab:blue")
-    ax.axhline(1.0, color="gray", lw=1, ls="--")
-    ax.set_ylabel("median measured gain (x)")
-    ax.set_title(f"article's priority order: {verdict['verdict']}")
-    ax.tick_params(axis="x", labelsize=8)
     return ax
 
 

@@ -17,6 +17,14 @@ or by hand:
         --trace results/09_trace_ddp_rank0.json --out results/p2.json
 
 Rank 0 writes ``--out`` (JSON: world_size, backend, every rank's time breakdown, rank 0's top-operator table).
+
+``--time-to-accuracy TARGET`` trains instead of profiling: DistributedDataParallel, the same loop as the notebook's
+one-process runs (``l09_profiling.time_to_accuracy``: the clock stops while every rank evaluates the same test
+subset, every ``--eval-every-images`` images counted over all processes), until the test accuracy reaches TARGET.
+09's tuning-priority check launches it as the distribution lever:
+
+    torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.bench.profile_ddp --time-to-accuracy 0.97 \\
+        --batch-size 64 --loader dataloader --num-workers 4 --subset 60000 --out results/tta.json
 """
 from __future__ import annotations
 
@@ -30,7 +38,27 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.models import build_model
-from mnist_helpers.lessons.l09_profiling import allreduce_gradients, make_batches, profile_training, time_breakdown
+from mnist_helpers.lessons.l09_profiling import (allreduce_gradients, make_batches, profile_training, time_breakdown,
+                                                 time_to_accuracy)
+from mnist_helpers.train import TrainConfig
+
+
+def train_to_accuracy(args: argparse.Namespace, ctx) -> dict:
+    """``--time-to-accuracy``: DDP training until the test accuracy reaches the target (l09's time_to_accuracy)."""
+    from mnist_helpers.data import load_mnist
+
+    cfg = TrainConfig(model=args.model, batch_size=args.batch_size, loader=args.loader, num_workers=args.num_workers,
+                      optimizer=args.optimizer, lr=args.lr, amp=args.amp, seed=args.seed,
+                      subset=None if args.subset >= 60000 else args.subset)
+    _, _, X_test, y_test = load_mnist(subset=(1, args.test_subset))
+    res = time_to_accuracy(cfg, X_test, y_test, args.time_to_accuracy, eval_every_images=args.eval_every_images,
+                           max_images=args.max_images, ctx=ctx)
+    if ctx.is_main:
+        took = f"{res['seconds']:.1f} s" if res["reached"] else "not reached"
+        print(f"[rank 0] {ctx.world_size} processes: {args.time_to_accuracy:.2%} test accuracy after "
+              f"{res['images']:,} images, {took}", flush=True)
+    return {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
+            "mode": "time to accuracy", "batch_size": args.batch_size, "time_to_accuracy": res}
 
 
 def main(args: argparse.Namespace) -> dict:
@@ -38,6 +66,11 @@ def main(args: argparse.Namespace) -> dict:
         torch.set_num_threads(args.threads)
     ctx = init_distributed(args.backend, args.timeout)
     try:
+        if args.time_to_accuracy is not None:
+            result = train_to_accuracy(args, ctx)
+            if ctx.is_main and args.out:
+                write_json(args.out, result)
+            return result
         batches = make_batches(args.loader, args.batch_size, args.subset, args.num_workers,
                                rank=ctx.rank, world_size=ctx.world_size)
         torch.manual_seed(args.seed)
@@ -88,10 +121,20 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--trace", default=None, help="rank 0 writes its Chrome/Perfetto trace here")
     ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")
+    ap.add_argument("--time-to-accuracy", type=float, default=None, metavar="TARGET",
+                    help="train with DDP until this test accuracy (e.g. 0.97) instead of profiling")
+    ap.add_argument("--test-subset", type=int, default=2000, help="test images the accuracy is measured on")
+    ap.add_argument("--eval-every-images", type=int, default=2560, help="evaluate every N training images")
+    ap.add_argument("--max-images", type=int, default=180_000, help="give up after N training images")
+    ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"])
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     ap.add_argument("--timeout", type=float, default=120, help="seconds before a stuck collective fails")
     args = ap.parse_args(argv)
-    for name in ("batch_size", "subset", "active"):
+    if args.time_to_accuracy is not None and not 0 < args.time_to_accuracy < 1:
+        ap.error(f"--time-to-accuracy must be an accuracy between 0 and 1, got {args.time_to_accuracy}")
+    for name in ("batch_size", "subset", "active", "test_subset", "eval_every_images", "max_images"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     return args
