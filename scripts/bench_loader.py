@@ -6,6 +6,9 @@ Measures, side by side in one run and after one warm-up pass each: in-memory ``T
 ``Uint8Batches`` (uint8 pixels normalised per batch), GPU-resident versions of both when CUDA is present, and the
 torchvision DataLoader with per-sample transforms (PIL -> ToTensor -> Normalize) at each ``--workers`` count.
 Prints every feed's images/s and the ratio *best tensor feed / best DataLoader*; target: >= 100x on a CPU.
+Both routes read RAM (torchvision's MNIST holds every image as one uint8 tensor): the gain is the per-sample
+PIL/ToTensor/Normalize and collate work skipped, not disk reads. It is the feed rate alone; what it does to *training*
+throughput (with the article's Net on a CPU, about nothing) is measured in notebook 03.
 Writes ``results/bench_loader.json`` (machine and date inside). Numbers on a shared machine are noisy; the ratio
 of rates measured in the same run is what this script is for.
 """
@@ -60,7 +63,8 @@ def main(argv=None) -> int:
     ratio = tensor["ratio_vs_dataloader"]
     ok = ratio >= TARGET
     print(f"\nbest tensor feed ({tensor['feed']}) / best DataLoader = {ratio:,.0f}x "
-          f"(target >= {TARGET:.0f}x: {'met' if ok else 'NOT met'})")
+          f"(target >= {TARGET:.0f}x: {'met' if ok else 'NOT met'}); the gain is per-sample Python work skipped, not "
+          "disk reads (both read RAM)")
     write_json(out, {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                      "machine": machine, "args": vars(args), "rows": rows, "ratio": ratio,
                      "target": TARGET, "target_met": ok})

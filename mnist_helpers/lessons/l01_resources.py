@@ -609,29 +609,40 @@ def framework_sweep(configs: list[dict], *, rounds: int = 3, common: dict | None
 
     Returns one row per config (show it with ``display.show``): ``label``, its settings, ``images_per_s``
     (median over all timed blocks), ``spread`` ((max - min) / median), ``cpu_cores_busy`` (median),
-    ``blocks``, and ``vs_best`` (images_per_s / best). ``echo`` prints one line per measurement as it lands.
+    ``blocks``, ``vs_best`` (images_per_s / best), every block's value (``samples``), and the load each
+    measurement ran under (``claims.Contention``): ``others_cpu_share`` (the largest share of the CPU other
+    processes took during one of its measurements), ``load_avg`` (the highest 1-minute load average seen) and
+    ``busy`` (any of its measurements busy). ``echo`` prints one line per measurement as it lands.
     """
+    from mnist_helpers.claims import Contention
+
     if not configs or not all(isinstance(c, dict) for c in configs):
         raise ValueError("configs must be a non-empty list of settings dicts, e.g. [{'threads': 1}, {'threads': 2}]")
     if not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be a positive integer, got {rounds!r}")
     common = dict(common or {})
-    samples = [{"ips": [], "busy": [], "result": None} for _ in configs]
+    samples = [{"ips": [], "busy": [], "result": None, "load": []} for _ in configs]
     for r in range(rounds):
         for i, cfg in enumerate(configs):
-            res = measure({**common, **cfg}, timeout=timeout)
+            with Contention() as c:
+                res = measure({**common, **cfg}, timeout=timeout)
             samples[i]["ips"] += res["images_per_s"]
             samples[i]["busy"] += res["cpu_cores_busy"]
             samples[i]["result"] = res
+            samples[i]["load"].append(c)
             if echo:
-                print(f"round {r + 1}/{rounds}, {label(cfg)}: {statistics.median(res['images_per_s']):,.0f} img/s",
-                      flush=True)
+                print(f"round {r + 1}/{rounds}, {label(cfg)}: {statistics.median(res['images_per_s']):,.0f} img/s "
+                      f"({c})", flush=True)
     rows = []
     for cfg, s in zip(configs, samples):
         med = statistics.median(s["ips"])
+        shares = [c.others_share for c in s["load"] if c.others_share is not None]
+        loads = [x for c in s["load"] for x in (c.load_before, c.load_after) if x is not None]
         rows.append({"label": label(cfg), **{k: s["result"][k] for k in SETTING_KEYS},
                      "images_per_s": med, "spread": (max(s["ips"]) - min(s["ips"])) / med,
-                     "cpu_cores_busy": statistics.median(s["busy"]), "blocks": len(s["ips"])})
+                     "cpu_cores_busy": statistics.median(s["busy"]), "blocks": len(s["ips"]),
+                     "samples": list(s["ips"]), "others_cpu_share": max(shares) if shares else None,
+                     "load_avg": max(loads) if loads else None, "busy": any(c.busy for c in s["load"])})
     best = max(r["images_per_s"] for r in rows)
     for r in rows:
         r["vs_best"] = r["images_per_s"] / best
