@@ -55,11 +55,11 @@ slurm:
 	bash scripts/slurm/local_cluster.sh install || test $$? = 3
 
 unit: data browser slurm
-	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra --durations=15
 
 notebooks: data
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
-	  --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra notebooks/[0-9]*.ipynb
+	  --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra --durations=0 notebooks/[0-9]*.ipynb
 
 # An AVX2-only CPU (most laptops: no AVX-512, no AMX, no native bf16), on any x86-64 CPU: oneDNN and ATen limited
 # to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then notebooks 05 and 10 (quick).
