@@ -1,11 +1,20 @@
-"""Batch-size / learning-rate sweep (notebook 04) on tiny data: the rules, the plan, logging, verdicts."""
+"""Batch size and learning rate (notebook 04): the rules, the notebook's #@save copies, the fair plan, the sweep on
+tiny data, the verdicts from synthetic rows, the benchmark script."""
+import inspect
+import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
+from mnist_helpers import claims
 from mnist_helpers.lessons import l04_batch_scaling as bs
-from mnist_helpers.experiments import query
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "04_batch_size_and_lr.ipynb"
 
 
 def test_scaled_lr_rules():
@@ -24,16 +33,45 @@ def test_warmup_ramps_from_start_to_one():
     assert bs.warmup_factor(3, 0, 0.25) == 1.0
 
 
-def test_plan_shares_the_base_run_and_skips_pointless_warmup():
-    plan = bs._plan([32, 128, 512], ["sgd"], 128, bs.RULES)
-    assert ("sgd", "fixed", 128) in plan and ("sgd", "linear", 128) not in plan
-    assert ("sgd", "linear+warmup", 512) in plan and ("sgd", "linear+warmup", 32) not in plan
-    assert len(plan) == 3 + 2 + 1
+def _saved_functions(path):
+    """name -> source of every function the notebook defines with a #@save mark."""
+    out = {}
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        blocks = src.split("\n\n\n")
+        for block in blocks:
+            block = block.strip("\n")
+            if block.startswith("def ") and "#@save" in block.splitlines()[0] + "".join(block.splitlines()[1:3]):
+                out[block.split("(")[0][4:]] = block
+    return out
+
+
+def test_notebook_cells_are_the_module_functions():
+    """The lesson's code lives in the notebook's cells; the module's copies (run by the benchmark) are identical."""
+    saved = _saved_functions(NOTEBOOK)
+    assert set(saved) >= {"scaled_lr", "warmup_factor", "train_run"}
+    for name, src in saved.items():
+        assert src == inspect.getsource(getattr(bs, name)).rstrip("\n"), f"{name}: notebook and module differ"
+    assert "loss.backward()" in saved["train_run"] and "optimizer.step()" in saved["train_run"]
+
+
+def test_fair_plan_doubles_and_labels_its_groups():
+    plan = bs.fair_plan((128, 256, 512), num_epochs=3, adam_batches=(512,), tiny_step_batch=1024)
+    groups = [p["group"] for p in plan]
+    assert groups.count("doubling") == 1 + 2 * 2 and groups.count("adam") == 1 + 3
+    assert groups.count("batch8") == 4 and groups.count("tiny-step") == 1
+    assert all(p["num_epochs"] == 3 for p in plan if p["group"] in ("doubling", "adam"))
+    assert all(p["num_epochs"] == 1 for p in plan if p["group"] in ("batch8", "tiny-step"))
+    with pytest.raises(ValueError, match="not a doubling"):
+        bs.fair_plan((128, 512))
+    with pytest.raises(ValueError, match="start at the base batch"):
+        bs.fair_plan((256, 512))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
-    """One torch thread: on a shared 2-core machine two threads spin on each other (measured 5-10x slower)."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
@@ -43,75 +81,107 @@ def one_thread():
 @pytest.fixture(scope="module")
 def tiny(small_mnist):
     X, y, Xt, yt = small_mnist
-    return X[:128], y[:128], Xt[:64], yt[:64]
+    return X[:256], y[:256], Xt[:64], yt[:64]
 
 
-def test_sweep_rows_log_and_verdicts(tiny, tmp_path):
-    log = tmp_path / "log.jsonl"
+def test_sweep_calls_back_the_functions_it_is_given(tiny):
+    plan = bs.fair_plan((16, 32, 64), num_epochs=2, adam_batches=(64,), small_batch=8, tiny_step_batch=128,
+                        base_batch=16)
+    used = []
+
+    def my_rule(rule, base_lr, base_batch, batch_size):
+        used.append(rule)
+        return bs.scaled_lr(rule, base_lr, base_batch, batch_size)
     seen = []
-    rows = bs.batch_lr_sweep(tiny, batch_sizes=(8, 16, 64), base_batch=16, model="fastnet", num_epochs=1,
-                             log_notebook="04", log_path=log, on_run=seen.append, tags=["run-1"])
-    # sgd: fixed x3, linear x2, warm-up x1 (above base only); adam: fixed x3, linear x2, sqrt x2
-    assert len(rows) == 13 == len(seen)
-    r = next(r for r in rows if r["optimizer"] == "sgd" and r["rule"] == "linear+warmup")
-    assert r["batch_size"] == 64 and r["lr"] == pytest.approx(4 * bs.BASE_LR["sgd"]) and r["warmup_steps"] == 1
+    rows = bs.sweep(tiny, plan, seeds=(0, 1), lr_rule=my_rule, base_batch=16, warmup_epochs=1.0, on_run=seen.append)
+    assert len(rows) == 2 * len(plan) == len(seen) == len(used)
     for r in rows:
-        assert r["images"] == 128 and r["steps"] == math.ceil(128 / r["batch_size"])
+        assert r["steps"] == r["num_epochs"] * (256 // r["batch_size"])
         assert 0 <= r["test_acc"] <= 1 and r["gap"] == pytest.approx(r["train_acc"] - r["test_acc"])
-    logged = query(path=log, notebook="04", tag="run-1")
-    assert len(logged) == 13 and {"test_acc", "gap", "images_per_s"} <= logged[0].keys()
-    claims = [v["claim"] for v in bs.scaling_verdicts(rows, base_batch=16)]
-    assert claims[0].startswith("double the batch") and any("unstable" in c for c in claims)
-    assert any("generalises worse" in c for c in claims) and any("Adam" in c for c in claims)
+        assert "step_losses" not in r
+    r = next(r for r in rows if r["group"] == "doubling" and r["rule"] == "linear+warmup" and r["batch_size"] == 64)
+    assert r["lr"] == pytest.approx(4 * bs.BASE_LR["sgd"]) and r["warmup_epochs"] == 0.5 and r["warmup_steps"] == 2
+    assert math.isfinite(next(r for r in rows if r["batch_size"] == 8)["loss_noise"])
+    verdicts = bs.judge(rows, base_batch=16)
+    assert set(verdicts) == {"04.double_batch_double_lr", "04.adam_complicated", "04.batch8_unstable",
+                             "04.batch4096"}
+    for cid, v in verdicts.items():
+        assert v["verdict"] in claims.VERDICTS
+        entry = {"evidence": v["evidence"], "numbers": v["numbers"], "claim": "", "regime": bs.regime(rows)}
+        assert claims.unsourced_numbers(entry) == [], cid
+    assert not bs.summary(rows).empty
 
 
-def test_warmup_steps_and_loss_noise(tiny):
-    r = bs.train_run(tiny, batch_size=16, lr=0.04, optimizer="sgd", model="fastnet", warmup_frac=0.5, warmup_from=0.01)
-    assert r["warmup_steps"] == 4 and r["steps"] == 8 and math.isfinite(r["loss_noise"])
+def _row(group, opt, rule, b, acc, seed, ips=1000.0, noise=0.1, gap=0.0, epochs=10):
+    return {"group": group, "optimizer": opt, "rule": rule, "batch_size": b, "test_acc": acc, "seed": seed,
+            "images_per_s": ips, "loss_noise": noise, "gap": gap, "diverged": False, "num_epochs": epochs,
+            "steps": 10, "warmup_epochs": 1.0, "train_images": 100}
+
+
+def _synthetic(lin_acc_4096=0.975, seeds=(0, 1, 2)):
+    rows = []
+    for s in seeds:
+        e = 0.001 * s  # a small spread between seeds
+        rows += [_row("doubling", "sgd", "fixed", 128, 0.98 + e, s),
+                 _row("doubling", "sgd", "fixed", 256, 0.96 + e, s, 1500),
+                 _row("doubling", "sgd", "linear+warmup", 256, 0.98 + e, s, 1500),
+                 _row("doubling", "sgd", "fixed", 4096, 0.90 + e, s, 3000, gap=0.02),
+                 _row("doubling", "sgd", "linear+warmup", 4096, lin_acc_4096 + e, s, 3000, gap=0.02),
+                 _row("adam", "adam", "fixed", 128, 0.98 + e, s), _row("adam", "adam", "fixed", 2048, 0.95 + e, s),
+                 _row("adam", "adam", "linear", 2048, 0.90 + e, s), _row("adam", "adam", "sqrt", 2048, 0.97 + e, s),
+                 _row("batch8", "sgd", "fixed", 8, 0.97 + e, s, noise=0.7 + e, epochs=1),
+                 _row("batch8", "sgd", "fixed", 128, 0.97 + e, s, noise=0.2 + e, epochs=1),
+                 _row("batch8", "adam", "fixed", 8, 0.97 + e, s, noise=0.8 + e, epochs=1),
+                 _row("batch8", "adam", "fixed", 128, 0.97 + e, s, noise=0.2 + e, epochs=1)]
+    return rows
 
 
 def test_verdicts_from_synthetic_rows():
-    def row(opt, rule, b, acc, ips=1000.0, noise=0.1, gap=0.0):
-        return {"optimizer": opt, "rule": rule, "batch_size": b, "test_acc": acc, "images_per_s": ips,
-                "loss_noise": noise, "gap": gap, "diverged": acc < 0.2}  # synthetic
-    rows = [row("sgd", "fixed", 8, 0.5), row("sgd", "fixed", 128, 0.97), row("sgd", "fixed", 4096, 0.80, 3000),
-            row("sgd", "linear", 4096, 0.95, 3000), row("sgd", "linear+warmup", 4096, 0.96, 3000),
-            row("adam", "fixed", 8, 0.975), row("adam", "fixed", 128, 0.98), row("adam", "fixed", 4096, 0.94, 3000),
-            row("adam", "linear", 4096, 0.1, 3000), row("adam", "sqrt", 4096, 0.95, 3000)]
-    v = {d["claim"]: d["verdict"] for d in bs.scaling_verdicts(rows)}
-    assert v["double the batch, double the LR (SGD)"] == "holds here"
-    assert v["Adam is different (linear scaling is not its rule)"] == "holds here"
-    assert v["batch 8 is unstable"] == "partly holds here"
-    assert v["batch 4096 is fast but generalises worse"] == ("fast: yes; lower test accuracy: yes; "
-                                                           "wider train-test gap: no")
-    down = rows[:3] + [row("sgd", "linear", 8, 0.97), row("sgd", "linear", 4096, 0.1, 3000)]
-    v = {d["claim"]: d["verdict"] for d in bs.scaling_verdicts(down)}
-    assert v["double the batch, double the LR (SGD)"] == ("does not hold here going up; it holds going down "
-                                                          "(smaller batch, smaller LR)")
+    v = bs.judge(_synthetic())
+    assert v["04.double_batch_double_lr"]["verdict"] == "holds with nuance"  # holds at 256, not at 4096
+    assert v["04.double_batch_double_lr"]["numbers"]["holds_up_to_batch"] == 256
+    assert v["04.adam_complicated"]["verdict"] == "holds"  # linear below sqrt, separated
+    assert v["04.batch8_unstable"]["verdict"] == "holds with nuance"  # noisier, same accuracy
+    assert "inside the noise" in v["04.batch8_unstable"]["evidence"]
+    assert v["04.batch4096"]["verdict"] == "holds"  # 3x the images/s, lower accuracy, wider gap
+    assert bs.judge(_synthetic(lin_acc_4096=0.98))["04.double_batch_double_lr"]["verdict"] == "holds"
+    assert bs.judge(_synthetic(), busy=claims.BUSY)["04.batch4096"]["verdict"] == claims.BUSY
+    one = bs.judge(_synthetic(seeds=(0,)))  # one seed: no spread, no accuracy verdict
+    assert {one[c]["verdict"] for c in ("04.double_batch_double_lr", "04.adam_complicated",
+                                         "04.batch8_unstable")} == {"inconclusive"}
+    for entry in v.values():
+        assert claims.unsourced_numbers({**entry, "claim": "", "regime": ""}) == []
     with pytest.raises(ValueError, match="no runs"):
-        bs.scaling_verdicts([])
-
-
-@pytest.mark.parametrize("kwargs,match", [
-    ({"batch_sizes": ()}, "at least one batch size"),
-    ({"batch_sizes": (0,)}, "positive integers"),
-    ({"optimizers": ("rmsprop",)}, "sgd or adam"),
-    ({"rules": {"sgd": ("cubic",)}}, "rule must be one of"),
-])
-def test_bad_sweep_arguments(tiny, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        bs.batch_lr_sweep(tiny, **kwargs)
+        bs.judge([])
 
 
 def test_batch_larger_than_data(tiny):
-    with pytest.raises(ValueError, match="larger than the 128 training images"):
+    with pytest.raises(ValueError, match="larger than the 256 training images"):
         bs.train_run(tiny, batch_size=512, lr=0.1)
+
+
+def test_bench_script_quick_writes_a_claims_file(tmp_path, mnist_root):
+    out = tmp_path / "bench_batch_scaling.json"
+    cmd = [sys.executable, str(REPO / "scripts" / "bench_batch_scaling.py"), "--quick", "--seeds", "0", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600, cwd=REPO)
+    data = json.loads(out.read_text())
+    assert data["schema"] == claims.SCHEMA and data["profile"] == "quick"
+    assert {c["id"] for c in data["claims"]} == {"04.double_batch_double_lr", "04.adam_complicated",
+                                                 "04.batch8_unstable", "04.batch4096"}
+    n = len(data["runs"])
+    subprocess.run(cmd[:-2] + ["--seeds", "1", "--append", "--out", str(out)], check=True, capture_output=True,
+                   text=True, timeout=600, cwd=REPO)
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 2 * n and {r["seed"] for r in data["runs"]} == {0, 1}
+    bad = subprocess.run(cmd[:-2] + ["--small-batch", "16", "--append", "--out", str(out)], capture_output=True, text=True,
+                         timeout=600, cwd=REPO)
+    assert bad.returncode == 2 and "another configuration" in bad.stderr + bad.stdout
 
 
 def test_batch_explorer_static_table_and_widget(capsys):
     from mnist_helpers.lessons.l04_batch_scaling import batch_explorer, explorer_table
-    rows = [{"optimizer": "sgd", "rule": rule, "batch_size": b, "lr": 0.05, "test_acc": acc, "train_acc": acc,
-             "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
+    rows = [{"group": "doubling", "optimizer": "sgd", "rule": rule, "batch_size": b, "lr": 0.05, "test_acc": acc,
+             "train_acc": acc, "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
             for rule, b, acc in [("fixed", 128, 0.95), ("fixed", 512, 0.90), ("linear", 512, 0.93),
                                  ("linear+warmup", 512, 0.94)]]
     df = explorer_table(rows, "sgd", "test_acc")

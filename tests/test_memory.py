@@ -86,3 +86,12 @@ def test_run_isolated_measures_growth_in_a_fresh_process():
         run_isolated(LEAK_DEMO.replace(":", "."))
     with pytest.raises(RuntimeError, match="failed in its subprocess"):
         run_isolated(LEAK_DEMO, accumulate="float")
+
+
+def test_training_loop_leak_is_graph_nodes_growing_with_steps():
+    """The article's regime: a training loop summing the loss tensor keeps one more graph per step (its nodes; the
+    activations were freed by backward), while .item() keeps none."""
+    two = leak_demo(num_steps=2, accumulate="tensor", backward=True, batch_size=8)
+    four = leak_demo(num_steps=4, accumulate="tensor", backward=True, batch_size=8)
+    assert four["graph_nodes_kept"] > two["graph_nodes_kept"] > 0
+    assert leak_demo(num_steps=4, accumulate="item", backward=True, batch_size=8)["graph_nodes_kept"] == 0

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 import torch.nn.functional as F
 
-from mnist_helpers.claims import separated, spread
+from mnist_helpers.claims import separated as _separated
 from mnist_helpers.data import TensorBatches
 from mnist_helpers.display import show
 from mnist_helpers.models import build_model
@@ -179,6 +179,23 @@ def sweep(data, plan: list[dict], *, seeds: Iterable[int] = (0,), run: Callable 
     return rows
 
 
+def separated(a, b) -> bool:
+    """``claims.separated`` for seeds: two sets of at least two seeds each whose values do not overlap. One seed
+    against one seed is never "separated": a single pair of runs says nothing about the noise."""
+    a, b = list(a), list(b)
+    return len(a) >= 2 and len(b) >= 2 and _separated(a, b)
+
+
+# Two test accuracies closer than this count as the same (0.3 points: about twice the binomial standard error of an
+# accuracy near 98% on 10,000 test images, sqrt(0.98 * 0.02 / 10,000) = 0.14 points), even when the seeds separate them.
+SAME_ACC = 0.003
+
+
+def below(a, b, tol: float = SAME_ACC) -> bool:
+    """Accuracies ``a`` clearly below ``b``: the seeds do not overlap and the means differ by more than ``tol``."""
+    return separated(a, b) and _m(a) < _m(b) - tol
+
+
 def _pick(rows, group, optimizer, rule, batch_size, key="test_acc"):
     return [r[key] for r in rows if r["group"] == group and r["optimizer"] == optimizer and r["rule"] == rule
             and r["batch_size"] == batch_size]
@@ -218,8 +235,8 @@ def summary(rows: list[dict]) -> pd.DataFrame:
 
 def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = None) -> dict[str, dict]:
     """The four claims' verdicts from ``sweep`` rows of a ``fair_plan``: ``{claim id: {verdict, evidence,
-    numbers}}``. A difference counts only when the seeds' values do not overlap (``claims.separated``); with one
-    seed nothing is separated, so accuracy claims come out "inconclusive". ``busy``: ``claims.busy_verdict`` of the
+    numbers}}``. An accuracy difference counts only when the seeds' values do not overlap (``separated``: at least
+    two seeds each) and it exceeds ``SAME_ACC``; with one seed nothing is separated, so no accuracy difference counts. ``busy``: ``claims.busy_verdict`` of the
     timings (only the speed part of 04.batch4096 depends on time)."""
     if not rows:
         raise ValueError("no runs: call sweep() first")
@@ -230,14 +247,16 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
     if base and bigs:
         lin = {b: _pick(rows, "doubling", "sgd", "linear+warmup", b) for b in bigs}
         fix = {b: _pick(rows, "doubling", "sgd", "fixed", b) for b in bigs}
-        kept = {b: not (separated(lin[b], base) and _m(lin[b]) < _m(base)) for b in bigs}  # not clearly below base
-        beats = {b: separated(lin[b], fix[b]) and _m(lin[b]) > _m(fix[b]) for b in bigs}
+        kept = {b: not below(lin[b], base) for b in bigs}  # the rule's promise: the base batch's accuracy
+        beats = {b: below(fix[b], lin[b]) for b in bigs}
         upto = 0
         for b in bigs:
             if not kept[b]:
                 break
             upto = b
-        if upto == bigs[-1]:
+        if len(base) < 2:
+            verdict = "inconclusive"  # one seed: no spread to judge a difference against
+        elif upto == bigs[-1]:
             verdict = "holds"
         elif upto:
             verdict = "holds with nuance"
@@ -251,7 +270,8 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
         ev = (f"batch {'/'.join(map(str, bigs))}, LR x batch/{base_batch} + warm-up: "
               + "/".join(f"{100 * _m(lin[b]):.1f}" for b in bigs)
               + f"% vs batch {base_batch}: {_pct(base)}%; fixed LR: " + "/".join(f"{100 * _m(fix[b]):.1f}" for b in bigs)
-              + f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)")
+              + (f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)"
+                 if len(base) > 1 else "% (one seed)"))
         numbers["max_sd"] = max(_sd(x) for x in list(lin.values()) + list(fix.values()))
         tiny = [r for r in rows if r["group"] == "tiny-step"]
         if tiny:
@@ -270,9 +290,9 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
         a = {rule: _pick(rows, "adam", "adam", rule, b) for rule in RULES["adam"]}
         a_base = _pick(rows, "adam", "adam", "fixed", base_batch)
         other = max(("fixed", "sqrt"), key=lambda k: _m(a[k]))
-        if separated(a["linear"], a[other]) and _m(a["linear"]) < _m(a[other]):
+        if below(a["linear"], a[other]):
             verdict = "holds"
-        elif separated(a["linear"], a[other]) and _m(a["linear"]) > _m(a[other]):
+        elif below(a[other], a["linear"]):
             verdict = "does not hold here"
         else:
             verdict = "inconclusive"
@@ -297,18 +317,21 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
             if not (n8 and n0):
                 continue
             noisier.append(separated(n8, n0) and _m(n8) > _m(n0))
-            worse += separated(a8, a0) and _m(a8) < _m(a0)
-            better += separated(a8, a0) and _m(a8) > _m(a0)
+            worse += below(a8, a0)
+            better += below(a0, a8)
             diverged += sum(r["diverged"] for r in rows if r["group"] == "batch8" and r["optimizer"] == opt
                             and r["batch_size"] == s)
             numbers.update({f"{opt}_noise": _m(n8), f"{opt}_noise_sd": _sd(n8), f"{opt}_base_noise": _m(n0),
                             f"{opt}_base_noise_sd": _sd(n0), f"{opt}_acc": _m(a8), f"{opt}_acc_sd": _sd(a8),
                             f"{opt}_base_acc": _m(a0), f"{opt}_base_acc_sd": _sd(a0)})
-            parts.append(f"{opt.upper()} noise {_m(n8):.2f}±{_sd(n8):.2f} vs {_m(n0):.2f}±{_sd(n0):.2f}, "
+            pm = (lambda xs: f"{_m(xs):.2f}±{_sd(xs):.2f}") if len(n8) > 1 else (lambda xs: f"{_m(xs):.2f}")
+            parts.append(f"{opt.upper()} noise {pm(n8)} vs {pm(n0)}, "
                          f"acc {_pct(a8)}% vs {_pct(a0)}%")
         numbers["diverged_runs"] = diverged
         if not noisier:
             verdict, acc_word = "inconclusive", "no runs"
+        elif len(n0) < 2:
+            verdict, acc_word = "inconclusive", "one seed: no spread to judge against"
         elif diverged:
             verdict, acc_word = "holds", "diverged"
         elif all(noisier):
@@ -334,7 +357,7 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
         gap_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "gap")
         speed = _m(ips_t) / _m(ips_0)
         fast = separated(ips_t, ips_0) and speed > 1.1
-        worse = separated(t_acc, base) and _m(t_acc) < _m(base)
+        worse = below(t_acc, base)
         wider = separated(gap_t, gap_0) and _m(gap_t) > _m(gap_0)
         verdict = busy or ("holds" if fast and (worse or wider) else "holds with nuance" if fast or worse or wider
                            else "does not hold here")
@@ -346,7 +369,8 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
             "verdict": verdict, "numbers": numbers,
             "evidence": (f"batch {top} ({best}) vs {base_batch}, same epochs: {speed:.2f}x the images/s; test "
                          f"{_pct(t_acc)}% vs {_pct(base)}%"
-                         + (" (inside the noise)" if not separated(t_acc, base) else "")
+                         + ("" if below(t_acc, base) or below(base, t_acc) else " (inside the noise)" if len(base) > 1
+                            else " (one seed: no comparison)")
                          + f"; train-test gap {100 * _m(gap_t):+.2f} vs {100 * _m(gap_0):+.2f} pt")}
     return out
 
