@@ -38,16 +38,18 @@ Workers (run with torchrun or plain Python; each docstring has its commands):
     workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py: one process, mp.spawn,
                           torchrun, fault tolerance (00, 06, 07)
     workers/demos/        06's demos behind one entry point (`-m mnist_helpers.workers.demos --demos ...`,
-                          common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation
+                          common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation;
+                          article_ddp.py: the article's 5.2 script as written (mp.spawn), run as a script
     workers/bugs/         08's reproductions, each with its --fix: port_in_use, local_rank, spawn_main,
-                          unused_param, collective_mismatch, oom
+                          unused_param, collective_mismatch, oom, eval_through_ddp, omp_threads; restart_kill
+                          (07 and tests/test_restarts.py: a worker killed under torchrun --max-restarts)
     workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05),
                           device_check (the sections of scripts/device_check.sh)
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
-worker progression's diff rule, 06).
+worker progression's diff rule and its rendered diffs, 06).
 """
 
 __version__ = "0.1.0"

@@ -5,6 +5,8 @@ several demos in the same process group (``mnist_helpers.workers.demos``).
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 from torch import nn
@@ -87,8 +89,62 @@ def test_syncbatchnorm(two):
     s = two["syncbn"]
     assert s["running_stats_spread_plain"] > 1e-4, "per-rank running statistics differ without sync"
     assert s["running_stats_spread_sync"] < 1e-6, "and agree with it"
-    assert s["sync_vs_single_process"] < 1e-5 < s["plain_vs_single_process"]
+    # one step, forward and backward (float64), against one process on the global batch
+    for what in ("output", "input_grad", "param_grads", "bn_param_grads", "running_stats"):
+        assert s[f"sync_vs_single_{what}"] < 1e-9, what
+    for what in ("output", "input_grad", "param_grads", "bn_param_grads"):
+        assert s[f"plain_vs_single_{what}"] > 1e-4, what
     assert s["nn_syncbatchnorm_on_cpu"].startswith("ValueError: SyncBatchNorm expected input tensor to be on GPU")
+
+
+def test_cpu_syncbatchnorm_matches_batchnorm_on_one_rank():
+    """With one process, the synced layer is plain BatchNorm: forward, backward and running statistics."""
+    import torch.distributed as dist
+
+    from mnist_helpers.ports import free_port
+    from mnist_helpers.workers.demos.syncbn import CpuSyncBatchNorm
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        torch.manual_seed(0)
+        x = torch.randn(8, 3, 5, 5, dtype=torch.float64) * 3 + 1
+        plain, synced = nn.BatchNorm2d(3).double(), CpuSyncBatchNorm(3).double()
+        with torch.no_grad():
+            for bn in (plain, synced):
+                bn.weight.copy_(torch.tensor([1.0, 2.0, -0.5]))
+                bn.bias.copy_(torch.tensor([0.1, 0.0, 0.3]))
+        outs = []
+        for bn in (plain, synced):
+            xi = x.clone().requires_grad_(True)
+            y = bn(xi)
+            (y * torch.arange(y.numel(), dtype=y.dtype).view_as(y).sin()).sum().backward()
+            outs.append((y, xi.grad, bn.weight.grad, bn.bias.grad, bn.running_mean, bn.running_var))
+        for a, b in zip(*outs):
+            assert torch.allclose(a, b, atol=1e-10), (a, b)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_articles_script_runs_as_written(mnist_root, tmp_path):
+    """The article's 5.2 script (mp.spawn, DistributedSampler + DataLoader, set_epoch) run as a script."""
+    import json
+    import subprocess
+    import sys
+
+    from mnist_helpers.workers.demos import article_ddp
+
+    out = tmp_path / "article.json"
+    proc = subprocess.run([sys.executable, article_ddp.__file__, "--world-size", "2", "--epochs", "2",
+                           "--max-steps", "2", "--num-workers", "0", "--data-root", str(mnist_root), "--out", str(out)],
+                          capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    r = json.loads(out.read_text())
+    assert r["world_size"] == 2 and r["backend"] == ("nccl" if torch.cuda.device_count() >= 2 else "gloo")
+    ranks = r["ranks"]
+    assert [x["shard_size"] for x in ranks] == [30_000, 30_000] and all(x["steps"] == 2 for x in ranks)
+    assert len({x["param_digest"] for x in ranks}) == 1, "DDP keeps the replicas identical"
+    assert all(x["first_indices_per_epoch"][0] != x["first_indices_per_epoch"][1] for x in ranks), "set_epoch"
+    assert not set(ranks[0]["first_indices_per_epoch"][0]) & set(ranks[1]["first_indices_per_epoch"][0])
 
 
 def test_mp_spawn_of_a_main_function_fails_without_a_file():

@@ -12,7 +12,7 @@ gradient of the loss with respect to those input images, every parameter's gradi
 (BatchNorm's weight and bias included) and the running statistics after the step. Each rank's loss is the mean
 over its own B images, the single process's the mean over all world_size * B, so a rank's input gradient is
 world_size times the single process's (DDP's average of the weight gradients undoes the same factor); the demo
-compares ``input grad / world_size``.
+compares ``input grad / world_size``. This comparison runs in float64, so that float32 rounding does not blur it.
 
 What ``nn.SyncBatchNorm`` communicates (torch/nn/modules/_functions.py): in the forward each rank computes its
 per-channel mean and inverse standard deviation (invstd) and its element count, and the ranks **all-gather**
@@ -175,12 +175,15 @@ def run(ctx, args) -> dict:
     sync_spread = spread(train(synced(fresh(args.seed, dev), dev)))
 
     # One step, forward and backward, from identical weights: rank r sees X[r*B:(r+1)*B]; one process sees X[:ws*B].
-    reference = fresh(args.seed, dev).train()
-    ref = one_step(reference, X[:ws * B], y[:ws * B])
+    # In float64: in float32 the weight gradients of the first convolution differ by rounding (~1e-4 relative; each
+    # rank's partial sums are large and cancel in DDP's average), which would blur the comparison.
+    X64 = X.double()
+    reference = fresh(args.seed, dev).double().train()
+    ref = one_step(reference, X64[:ws * B], y[:ws * B])
     mine = slice(r * B, (r + 1) * B)
     vs_single = {}
     for kind, model in (("plain", fresh(args.seed, dev)), ("sync", synced(fresh(args.seed, dev), dev))):
-        got = one_step(DDP(model.train(), device_ids=ids), X[mine], y[mine])
+        got = one_step(DDP(model.double().train(), device_ids=ids), X64[mine], y[mine])
         vs_single[kind] = {"output": diff(got["output"], ref["output"][mine]),
                            "input_grad": diff(got["input_grad"] / ws, ref["input_grad"][mine]),
                            "param_grads": diff(flat(got["param_grads"]), flat(ref["param_grads"])),

@@ -192,7 +192,8 @@ def setup(backend: str, timeout: float | None) -> DistContext:
 # peer left while it was still inside a collective; wait_for_peers skips the meeting while an error propagates).
 def cleanup() -> None:
     wait_for_peers()
-    dist.destroy_process_group()
+    if dist.is_initialized():  # torchrun: a world of one (plain `python -m ...`) has no group to leave
+        dist.destroy_process_group()
 
 
 # torchrun: one call per process, which torchrun started: no rank, world size or port to pass in.
