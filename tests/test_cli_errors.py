@@ -172,7 +172,7 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
         # a rendezvous port someone else holds (a fixed MASTER_PORT, as in the article)
         Case("port_in_use", [W + "ddp_train", *QUICK, "--timeout", "20"], [f"MASTER_PORT {port} on 127.0.0.1 is in use by pid",
              "torchrun --standalone"], env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
-                                            "WORLD_SIZE": "1"}),
+                                            "WORLD_SIZE": "1", "LOCAL_RANK": "0"}),
         # --debug shows the traceback of an expected error (the one case where "Traceback" must appear)
         Case("debug_flag", [W + "ddp_train", "--data-root", str(tmp / "nowhere"), *QUICK, "--debug"],
              ["Traceback", "DataError", "is missing"]),
