@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mnist_helpers import claims
 from mnist_helpers.workers.bench import device_check as dc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,7 +64,8 @@ def test_cpu_dry_run_packs_every_section(tmp_path, mnist_root):
     assert [r["bytes"] for r in docs["nccl.json"]["rows"]] == [2**20]
     assert "asked for 2 processes on cuda" in docs["nccl.json"]["two_ranks_on_one_gpu_launcher_says"]
     bench = docs["time_to_accuracy.json"]["bench"]
-    assert {r["recipe"] for r in bench["runs"]} == {"article", "fast"} and bench["errors"] == []
+    assert {r["recipe"] for r in bench["runs"]} == {"article", "fast", "fast995"} and bench["errors"] == []
+    assert {c["id"] for c in bench["claims"]} == {"10.speedrun_99", "10.speedrun_995"}
     assert docs["machine.json"]["versions"]["torch"] and docs["machine.json"]["matmul_peak_flops"]
     assert [r["mode"] for r in docs["amp.json"]["rows"]] == ["fp32", "bf16"]
     assert len(docs["loader.json"]["rows"]) == 4
@@ -154,19 +156,20 @@ def test_a_failing_run_does_not_end_the_benchmark(tmp_path, monkeypatch, capsys)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    def fake_compare(recipes, seeds, targets, *, per_recipe, on_run, **kw):
-        (recipe,), (seed,) = recipes, seeds
-        if recipe.name == "smallnet" and seed == 1:
+    def fake_run(recipe, targets, *, seed, **kw):
+        if recipe.name == "fast" and seed == 1:
             raise RuntimeError("CUDA graph capture failed")
-        hit = {"train_s": 1.0 + seed, "wall_s": 2.0, "epochs": 0.5, "steps": 4, "images": 512, "acc": 0.6}
-        on_run({"recipe": recipe.name, "seed": seed, "targets": {f"{t:g}": dict(hit) for t in targets},
-                "final_acc": 0.6, "train_s": 2.0, "wall_s": 3.0, "setup_s": 0.1, "images_per_s": 256.0})
+        hit = {"train_s": 1.0 + seed, "wall_s": 2.0, "epochs": 0.5, "steps": 4, "images": 512, "acc": 0.996}
+        return {"recipe": recipe.name, "seed": seed, "targets": {f"{t:g}": dict(hit) for t in targets},
+                "final_acc": 0.996, "train_s": 2.0, "wall_s": 3.0, "setup_s": 0.1, "images_per_s": 256.0}
 
-    monkeypatch.setattr(bench.speedrun, "compare", fake_compare)
+    monkeypatch.setattr(bench.speedrun, "time_to_accuracy", fake_run)
     out = tmp_path / "tta.json"
     code = bench.main(["--seeds", "2", "--device", "cpu", "--fast", "smallnet", "--out", str(out)])
     doc = json.loads(out.read_text())
     assert code == 1 and doc["complete"] is True
-    assert doc["errors"] == [{"recipe": "smallnet", "seed": 1, "error": "RuntimeError: CUDA graph capture failed"}]
-    assert [(r["recipe"], r["seed"]) for r in doc["runs"]] == [("article", 0), ("smallnet", 0), ("article", 1)]
+    assert doc["errors"] == [{"recipe": "fast", "seed": 1, "error": "RuntimeError: CUDA graph capture failed"}]
+    assert [(r["recipe"], r["seed"]) for r in doc["runs"]] == [("article", 0), ("fast", 0), ("fast995", 0),
+                                                                ("article", 1), ("fast995", 1)]
     assert "failed" in capsys.readouterr().err
+    assert {c["id"]: c["verdict"] for c in doc["claims"]}["10.speedrun_995"] in ("holds", claims.BUSY)

@@ -20,6 +20,13 @@ start-up, compilation, evaluations). Compilation and CUDA-graph capture happen i
 of the training time and reported on its own (``setup_s``), as in KellerJordan/cifar10-airbench; the weights
 and optimizer state are reset to their initial values afterwards, so the timed run starts from scratch.
 
+To 99.5%: ``ladder_995(fast)`` adds ``LADDER_995``'s three changes to the fast recipe, one at a time (a wider
+SpeedNet, a longer OneCycle horizon, images shifted by up to 2 pixels with ``random_translate``), ending in
+``fast995`` (``HYP_995``; notebook 10 shows both recipes in one cell as airbench-style ``hyp`` dicts). Evaluations
+get finer near a target (``fine_every_steps`` within ``fine_margin``), so the time reported lies near the crossing.
+``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995);
+``merge_contention`` sums the load rule over several runs.
+
 ``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
 load changes hurts every recipe alike); ``summarize`` turns the runs into one row per recipe, ``summary_table``
 into a DataFrame and ``show_summary`` displays it; ``speedup`` divides times to a target. The benchmark
@@ -210,11 +217,40 @@ def fastest(device: str | torch.device = "cpu", choice: dict | None = None, *, m
                           f"({why or 'chosen by the caller'})")
 
 
+# The 99.5% recipe: what it changes on top of `fast` (notebook 10's `hyp` cell shows both recipes whole), in the
+# order of LADDER_995, each step one change whose gain the notebook measures.
+HYP_995 = {"width": 16, "num_epochs": 5.0, "translate": 2}
+LADDER_995 = (
+    ("wider", "a wider SpeedNet (width 12 -> 16: 1.7x the FLOPs per image)", ("task",), {"width": 16}),
+    ("longer", "a longer OneCycle horizon (1.25 -> 5 epochs)", ("task",), {"num_epochs": 5.0}),
+    ("translate", "augmentation: every image shifted by up to 2 pixels (no flips: digits are not symmetric)",
+     ("task",), {"translate": 2}),
+)
+
+
+def ladder_995(fast: Recipe) -> list[Recipe]:
+    """From ``fast`` (the 99.0% recipe) to ``fast995`` one change at a time (``LADDER_995``); the last step is
+    ``fast995``, i.e. ``fast`` with ``HYP_995``."""
+    steps = [fast]
+    for name, change, levels, kw in LADDER_995:
+        steps.append(steps[-1].replace(name=name, change=change, levels=levels, **kw))
+    steps[-1] = steps[-1].replace(name="fast995", change=f"our 99.5% recipe: {settings_label(fast)}, "
+                                  + ", ".join(c.split(" (")[0] for _, c, _, _ in LADDER_995))
+    return steps
+
+
+def fastest_995(device: str | torch.device = "cpu", choice: dict | None = None, *, measure: bool = False,
+                log: Callable[[str], None] | None = None) -> Recipe:
+    """The 99.5% recipe, ``fast995``: :func:`fastest` (same per-machine settings) with ``HYP_995``."""
+    return ladder_995(fastest(device, choice, measure=measure, log=log))[-1]
+
+
 def recipes(device: str | torch.device = "cpu", choice: dict | None = None) -> dict[str, Recipe]:
-    """The ladder's recipes by name, and ``fast`` (:func:`fastest` with ``choice``, the cached choice or the
-    ladder's last step; never a measurement, so this is instant)."""
+    """The ladder's recipes by name, ``fast`` (:func:`fastest` with ``choice``, the cached choice or the
+    ladder's last step; never a measurement, so this is instant) and ``fast995`` (:func:`fastest_995`)."""
     table = {r.name: r for r in chain(device)}
     table["fast"] = fastest(device, choice, log=None)
+    table["fast995"] = ladder_995(table["fast"])[-1]
     return table
 
 
@@ -283,8 +319,24 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
 
     Returns ``{"choice": {amp, channels_last, compile}, "why": str, "rows": [...], "machine_key", "date_utc"}``
     and, if ``cache``, stores it in ``results/choices.json`` under this machine's key (CPU model, ISA, torch
-    version, threads) so that :func:`fastest` reuses it.
+    version, threads) so that :func:`fastest` reuses it -- unless other processes kept the machine busy meanwhile
+    (``claims.Contention``, recorded as ``contention``): a measurement drowned by their load is not kept.
     """
+    from mnist_helpers.claims import Contention
+
+    with Contention() as busy:
+        result = _choose_settings(device, candidates, block_s=block_s, blocks=blocks, margin=margin)
+    result["contention"] = busy.to_dict()
+    if busy.busy:
+        result["why"] += f"; measured while {busy}, so not cached"
+    elif cache:
+        _store_choice(result)
+    if log:
+        log(f"fast recipe on {result['device_type']}: {settings_label(result['choice'])}; {result['why']}")
+    return result
+
+
+def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
     import datetime
 
     device = _device(device)
@@ -352,11 +404,8 @@ def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] |
     result = {"choice": {k: choice[k] for k in SETTINGS}, "why": why, "rows": rows,
               "machine_key": machine_key(device),
               "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "block_s": block_s, "blocks": blocks, "batch_size": base.batch_size, "margin": margin}
-    if cache:
-        _store_choice(result)
-    if log:
-        log(f"fast recipe on {device.type}: {settings_label(choice)}; {why}")
+              "block_s": block_s, "blocks": blocks, "batch_size": base.batch_size, "margin": margin,
+              "device_type": device.type}
     return result
 
 
@@ -563,8 +612,8 @@ def _reset(model, opt, init_state):
 def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
                      seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
                      test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
-                     num_epochs: float | None = None, fine_from: float | None = None,
-                     fine_every_steps: int | None = None,
+                     num_epochs: float | None = None, fine_every_steps: int | None = None,
+                     fine_margin: float = 0.005,
                      data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
     """Train ``recipe`` once and report when each accuracy target was first reached.
 
@@ -572,8 +621,9 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     optimizer steps (None: the recipe's default) and at the end. Stops when every target is reached
     (``stop_when="all"``), when the first is (``"first"``), or never early (``"never"``); in any case at the end of
     the recipe's ``num_epochs`` horizon (``num_epochs`` overrides it; it also sets the schedule's length) or after
-    ``max_steps``. Near a target the interval can be finer: once an evaluation reaches ``fine_from`` (an accuracy,
-    e.g. 0.985), evaluate every ``fine_every_steps`` steps, so the reported time lies close to the crossing.
+    ``max_steps``. Near a target the interval is finer: once an evaluation comes within ``fine_margin`` (0.5
+    points) of a target not reached yet (98.5% for 99.0%), evaluate every ``fine_every_steps`` steps (None: keep
+    ``eval_every_steps``), so the reported time lies close to the crossing.
 
     Returns a dict: ``recipe``, ``seed``, ``device``, ``targets`` {"0.99": {train_s, wall_s, steps, images,
     epochs, acc} or None when not reached}, ``final_acc``, ``train_s`` (all training), ``wall_s`` (everything),
@@ -592,8 +642,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     for name, v in (("eval_every_steps", every), ("fine_every_steps", fine)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
-    if fine_from is not None and not 0 < fine_from <= 1:
-        raise ValueError(f"fine_from must be an accuracy in (0, 1], e.g. 0.985; got {fine_from!r}")
+    if not 0 <= fine_margin < 1:
+        raise ValueError(f"fine_margin must be an accuracy gap in [0, 1), e.g. 0.005; got {fine_margin!r}")
     device = select_device(device) if isinstance(device, str) else device
     reason = skip_reason(recipe, device)
     if recipe.requires_cuda and reason:
@@ -722,7 +772,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             step += 1
             since += 1
             images += len(y)
-            near = fine_from is not None and evals and evals[-1]["acc"] >= fine_from
+            near = bool(evals) and any(reached[f"{t:g}"] is None and evals[-1]["acc"] >= t - fine_margin
+                                       for t in targets)
             if since >= (fine if near else every) or step >= total_steps:
                 since = 0
                 if do_eval():
@@ -742,7 +793,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             "final_acc": evals[-1]["acc"], "train_s": train_s, "wall_s": time.perf_counter() - wall0,
             "setup_s": setup_s, "steps": step, "images": images,
             "images_per_s": images / train_s if train_s > 0 else float("nan"),
-            "eval_every_steps": every, "fine_from": fine_from, "fine_every_steps": fine if fine_from else None,
+            "eval_every_steps": every, "fine_every_steps": fine, "fine_margin": fine_margin,
             "test_count": len(y_test), "stop_when": stop_when,
             "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
 
@@ -914,3 +965,73 @@ def measure_peak_flops(device: str | torch.device = "cpu", dtype: torch.dtype = 
                 break
         rates.append(2 * n ** 3 * k / dt)
     return statistics.median(rates)
+
+
+# --------------------------------------------------------------------------- verdicts on the series' targets
+
+def _bounds(xs: list[float]) -> tuple[float, float, float]:
+    """Mean and its ~95% interval (mean +- 2 standard errors; a single run has none)."""
+    m = statistics.fmean(xs)
+    half = 2 * statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else 0.0
+    return m, m - half, m + half
+
+
+def judge_target(times: list[float | None], target_s: float | None = None, baseline: list[float | None] | None = None,
+                 ratio_target: float | None = None) -> tuple[str, dict]:
+    """The verdict on a time-to-accuracy target from per-seed training times (None: a seed that missed it).
+
+    ``holds`` when every seed reached it, the mean's interval (mean +- 2 standard errors) lies at or under
+    ``target_s`` and, with a ``baseline`` (the article's recipe, same run), the ratio of the means is at least
+    ``ratio_target`` even at the unfavourable ends of both intervals; ``does not hold here`` when a seed missed it
+    or the interval lies wholly on the wrong side; else ``inconclusive`` (the target is inside the spread).
+    Returns the verdict and its numbers (mean, sd, interval, ratio and its bounds)."""
+    if not times:
+        raise ValueError("judge_target needs at least one run's time")
+    hit = [t for t in times if t is not None]
+    nums: dict = {"seeds": len(times), "reached": len(hit)}
+    if hit:
+        m, lo, hi = _bounds(hit)
+        nums.update(mean_s=m, sd_s=statistics.stdev(hit) if len(hit) > 1 else 0.0, low_s=lo, high_s=hi,
+                    min_s=min(hit), max_s=max(hit), target_s=target_s)
+    if len(hit) < len(times):
+        return "does not hold here", nums
+    ok, bad = [], []
+    if target_s is not None:
+        ok.append(hi <= target_s)
+        bad.append(lo > target_s)
+    if baseline is not None and ratio_target is not None:
+        base = [t for t in baseline if t is not None]
+        nums.update(baseline_seeds=len(baseline), baseline_reached=len(base), ratio_target=ratio_target)
+        if not base or len(base) < len(baseline):
+            # the baseline missed the target in some run: its time is unknown, so is the ratio
+            return "inconclusive", nums
+        bm, blo, bhi = _bounds(base)
+        nums.update(baseline_mean_s=bm, baseline_sd_s=statistics.stdev(base) if len(base) > 1 else 0.0,
+                    ratio=bm / m, ratio_low=blo / hi if hi > 0 else math.inf,
+                    ratio_high=bhi / lo if lo > 0 else math.inf)
+        ok.append(nums["ratio_low"] >= ratio_target)
+        bad.append(nums["ratio_high"] < ratio_target)
+    if any(bad):
+        return "does not hold here", nums
+    if ok and all(ok):
+        return "holds", nums
+    return "inconclusive", nums
+
+
+def merge_contention(items: list[dict]) -> dict | None:
+    """One contention record for several runs' (``claims.Contention.to_dict()``): the wall-weighted mean share of
+    the CPU other processes used, the worst run's, and ``busy`` by the mean (``claims.BUSY_SHARE``)."""
+    from mnist_helpers.claims import BUSY_SHARE
+
+    items = [c for c in items if c]
+    known = [c for c in items if c.get("others_cpu_share") is not None]
+    if not items:
+        return None
+    wall = sum(c["wall_s"] for c in known) or 1e-9
+    share = sum(c["others_cpu_share"] * c["wall_s"] for c in known) / wall if known else None
+    loads = [c[k] for c in items for k in ("load_avg_before", "load_avg_after") if c.get(k) is not None]
+    return {"others_cpu_share": None if share is None else round(share, 3),
+            "max_run_share": max((c["others_cpu_share"] for c in known), default=None),
+            "load_avg_max": max(loads, default=None), "cores": items[0].get("cores"),
+            "wall_s": round(sum(c["wall_s"] for c in items), 1), "runs": len(items),
+            "busy": share > BUSY_SHARE if share is not None else any(c.get("busy") for c in items)}
