@@ -116,6 +116,9 @@ def test_finalize_statuses_and_packing(tmp_path):
     docs = archive_members(out)
     assert {f"{n}.json" for n, *_ in rows} <= set(docs)
     assert docs["speedrun_chain.json"]["runs"] == [{"recipe": "tensors"}]  # what finished before the limit
+    # a section killed after its first save says so in its own JSON, as one that never saved does
+    assert (docs["speedrun_chain.json"]["status"], docs["speedrun_chain.json"]["returncode"]) == ("timeout", 124)
+    assert (docs["amp.json"]["status"], docs["loader.json"]["status"]) == ("failed", "skipped")
     assert len(list(out.iterdir())) <= MAX_FILES
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
 

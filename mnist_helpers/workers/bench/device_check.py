@@ -396,7 +396,10 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
         else:
             status = "errors" if errors else "ok"
         if not doc:  # keep one JSON per section in the archive, saying why it holds no data
-            doc = {"section": name, "complete": False, "status": status, "returncode": rc, "errors": []}
+            doc = {"section": name, "complete": False, "errors": []}
+        if (doc.get("status"), doc.get("returncode")) != (status, rc):
+            # a section killed after its first save holds partial data: its JSON says so itself
+            doc.update(status=status, returncode=rc)
             write_json(path, doc)
         sections.append({"section": name, "status": status, "returncode": rc, "seconds": int(seconds),
                          "limit_s": int(limit), "errors": errors, "complete": bool(doc.get("complete")),
