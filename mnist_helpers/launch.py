@@ -176,10 +176,11 @@ def _headline(message: str, frames: list[str]) -> str:
 def _stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
     """Stop torchrun and every process below it, politely first, then for certain.
 
-    After Ctrl-C in a terminal or Jupyter's interrupt, torchrun got the same SIGINT (same process
-    group) and is already stopping its workers, so it gets a moment to finish. Then SIGINT
-    (torchrun forwards it to the workers), SIGTERM, SIGKILL. Workers run in sessions of their
-    own, so killing torchrun would orphan them: the tree is collected before any signal.
+    Unguarded (not Linux), after Ctrl-C in a terminal or Jupyter's interrupt, torchrun got the same
+    SIGINT (same process group) and is already stopping its workers, so it gets a moment to finish.
+    Then SIGINT (torchrun, or the reaper that passes it on, forwards it to the workers), SIGTERM,
+    SIGKILL. Workers run in sessions of their own, so killing torchrun would orphan them: the tree
+    is collected before any signal.
     """
     try:  # a second interrupt must not cut the clean-up short (only possible in the main thread)
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -324,12 +325,37 @@ def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
     return Path(out), [*args, "--out", str(out)], auto
 
 
+GUARDED = sys.platform.startswith("linux")  # prctl: see mnist_helpers/tools/reaper.py
+
+
+def popen_guarded(command: list[str], **kwargs) -> subprocess.Popen:
+    """``subprocess.Popen(command)`` of torchrun under ``mnist_helpers.tools.reaper`` (Linux), in a session
+    of its own: when the kernel dies (even with its whole process group killed) or torchrun is killed,
+    the reaper stops torchrun and every worker, so nothing keeps training with no one to read it.
+    SIGINT/SIGTERM sent to the returned process are passed on to torchrun."""
+    if not GUARDED:  # same process group as the caller: Jupyter's interrupt reaches torchrun directly
+        return subprocess.Popen(command, **kwargs)
+    wrapped = [sys.executable, "-m", "mnist_helpers.tools.reaper", str(os.getpid()), "--", *command]
+    return subprocess.Popen(wrapped, start_new_session=True, **kwargs)
+
+
+def run_guarded(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(command, capture_output=True, text=True, timeout=...)`` for a torchrun command, guarded
+    (see popen_guarded); on timeout every process is stopped before ``subprocess.TimeoutExpired`` is raised."""
+    proc = popen_guarded(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, errors="replace", **kwargs)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        _stop_tree(proc)
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
 def _run(command, env, timeout, echo):
     """Run torchrun, echo its lines live; return (lines, exit code or "timeout")."""
-    # Same process group as the caller (no start_new_session): Jupyter's interrupt reaches
-    # torchrun directly, and torchrun passes it on to its workers.
-    proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
+    proc = popen_guarded(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
     lines_q: queue.Queue = queue.Queue()
 
     def pump():  # a thread, so the main thread can watch the clock and receive Ctrl-C
@@ -361,7 +387,8 @@ def _run(command, env, timeout, echo):
                 sys.stdout.write(line)
                 sys.stdout.flush()
     except BaseException as exc:  # KeyboardInterrupt above all: no worker may outlive the cell
-        _stop_tree(proc, interrupted=isinstance(exc, KeyboardInterrupt))
+        # guarded, torchrun runs in another session and did not see the interrupt: no need to wait for it
+        _stop_tree(proc, interrupted=isinstance(exc, KeyboardInterrupt) and not GUARDED)
         raise
     proc.wait()
     reader.join(timeout=5)

@@ -142,6 +142,34 @@ def test_keyboard_interrupt_stops_every_process(tmp_path, target):
 
 
 @pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux's prctl")
+@pytest.mark.parametrize("target", ["kernel_group", "kernel_only", "torchrun"])
+def test_sigkill_leaves_no_orphan(tmp_path, target):
+    """SIGKILL, which no handler sees: of the kernel's whole process group (Jupyter's restart, a notebook
+    timeout), of the kernel alone, or of torchrun (whose workers run in sessions of their own). The reaper
+    between the launcher and torchrun (mnist_helpers/tools/reaper.py) stops every worker all the same."""
+    child = subprocess.Popen([sys.executable, str(WORKERS / "interrupt_launcher.py"), str(tmp_path)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        pids = wait_for_pids(tmp_path, 2)
+        if target == "kernel_group":
+            os.killpg(child.pid, signal.SIGKILL)
+        elif target == "kernel_only":
+            child.kill()
+        else:
+            agent = next(p for p in psutil.Process(child.pid).children(recursive=True)
+                         if "torch.distributed.run" in " ".join(p.cmdline()) and "reaper" not in " ".join(p.cmdline()))
+            agent.kill()
+        assert_all_gone(pids, str(tmp_path), timeout=30)  # ~1 s when idle (a stop grace of 10 s at most)
+    finally:
+        child.kill()
+        child.wait()
+        for p in psutil.process_iter(["cmdline"]):  # a failed run leaves nothing behind either
+            if str(tmp_path) in " ".join(p.info["cmdline"] or []):
+                p.kill()
+
+
+@pytest.mark.slow  # starts torchrun and 2 workers
 def test_busy_master_port_does_not_matter():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", free_port()))

@@ -398,7 +398,7 @@ def restart_trial(rendezvous: str, share_off: str | None, *, nproc: int = 2, tim
     import time
     from pathlib import Path
 
-    from mnist_helpers.launch import _stop_tree
+    from mnist_helpers.launch import _stop_tree, popen_guarded
 
     with tempfile.TemporaryDirectory(prefix="mnist_restart_") as tmp:
         out = Path(tmp) / "out.json"
@@ -408,8 +408,8 @@ def restart_trial(rendezvous: str, share_off: str | None, *, nproc: int = 2, tim
             env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = share_off
         cmd = restart_command(rendezvous, nproc, out=str(out))
         t0 = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, errors="replace")
+        proc = popen_guarded(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, errors="replace")
         try:
             text, _ = proc.communicate(timeout=timeout)
             code = proc.returncode
@@ -540,7 +540,7 @@ def elastic_membership(share_off: str | None = "1", *, join_after: float = 10.0,
     import time
     from pathlib import Path
 
-    from mnist_helpers.launch import _stop_tree
+    from mnist_helpers.launch import _stop_tree, popen_guarded
     from mnist_helpers.ports import free_port
 
     port = free_port()
@@ -556,8 +556,8 @@ def elastic_membership(share_off: str | None = "1", *, join_after: float = 10.0,
                    "-m", RESTART_WORKER, "--die-rank", "-1", "--seconds", str(run_seconds),
                    "--out", str(Path(tmp) / f"{name}.json")]
             log = open(Path(tmp) / f"{name}.log", "w")
-            return cmd, subprocess.Popen(cmd, env={**env, "PET_LOG_DIR": str(Path(tmp) / name)}, stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log
+            return cmd, popen_guarded(cmd, env={**env, "PET_LOG_DIR": str(Path(tmp) / name)}, stdout=log,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL), log
         t0 = time.monotonic()
         cmd_a, a, log_a = agent("a")
         time.sleep(join_after)

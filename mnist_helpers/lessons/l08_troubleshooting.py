@@ -67,7 +67,7 @@ from mnist_helpers.data import (TensorBatches, check_file, dataset_tensors, make
                                 time_loader)
 from mnist_helpers.doctor import check_shm
 from mnist_helpers.io import MiB
-from mnist_helpers.launch import LaunchError, torchrun
+from mnist_helpers.launch import LaunchError, run_guarded, torchrun
 from mnist_helpers.memory import current_bytes, graph_nodes, is_oom, peak_memory, run_isolated
 from mnist_helpers.models import build_model
 from mnist_helpers.paths import PACKAGE_DIR
@@ -679,7 +679,7 @@ def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:
             out = Path(tmp) / "out.json"
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
                    "-m", module, "--out", str(out), *flags]
-            p = subprocess.run(cmd, capture_output=True, text=True, env={**env, **extra_env}, timeout=timeout)
+            p = run_guarded(cmd, timeout, env={**env, **extra_env})
             return p, (json.loads(out.read_text()) if out.is_file() else {}), cmd
     plain = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, env=env, timeout=timeout)
     plain_threads = int(re.search(r"torch uses (\d+)", plain.stdout).group(1)) if "torch uses" in plain.stdout else None
