@@ -1,6 +1,6 @@
 """Run torchrun so that nothing it starts outlives the notebook kernel that launched it (Linux).
 
-    python -m mnist_helpers.tools.reaper PARENT_PID -- python -m torch.distributed.run ...
+    python -m mnist_helpers.tools.reaper <the launcher's pid> -- <the torchrun command>
 
 Two ways a notebook leaves orphans behind, both seen in this series:
 
@@ -63,10 +63,18 @@ def stop_descendants(grace: float = 3.0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 3 or argv[1] != "--" or not argv[0].isdigit():
-        print("usage: python -m mnist_helpers.tools.reaper PARENT_PID -- COMMAND...", file=sys.stderr)
-        return 2
-    parent, command = int(argv[0]), argv[2:]
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'reaper'}",
+                                 description="run a torchrun command; stop everything below it when it or the "
+                                             "launcher dies")
+    ap.add_argument("parent_pid", type=int, help="the launcher's pid (the notebook kernel)")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the torchrun command")
+    args = ap.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        ap.error("give the command after --, e.g. -- python -m torch.distributed.run --standalone ...")
+    parent = args.parent_pid
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     stops: list[float] = []
