@@ -49,7 +49,8 @@ Workers (run with torchrun or plain Python; each docstring has its commands):
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
-worker progression's diff rule and its rendered diffs, 06).
+worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
+no worker outlives a killed kernel or a killed torchrun, 00).
 """
 
 __version__ = "0.1.0"
