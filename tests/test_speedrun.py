@@ -222,6 +222,9 @@ def test_judge_target_needs_every_seed_and_a_margin_outside_the_spread():
     assert speedrun.judge_target([2.0, None, 2.0], 3.0)[0] == "does not hold here"  # a seed missed it
     assert speedrun.judge_target([4.0, 4.2, 3.9], 3.0)[0] == "does not hold here"
     assert speedrun.judge_target([2.0, 4.0, 3.0, 2.5, 3.5], 3.0)[0] == "inconclusive"  # the target is inside
+    # the article's recipe missed 99% (ratio unknown): the time target alone still decides when it fails
+    assert speedrun.judge_target([7.6, 4.2, 5.7, 4.6, 5.9], 3.0, [None], 30.0)[0] == "does not hold here"
+    assert speedrun.judge_target([2.0, 2.1, 1.9, 2.0, 2.05], 3.0, [None], 30.0)[0] == "inconclusive"
     assert speedrun.judge_target([2.0, 2.0], 3.0, [50.0, 50.0], 40.0)[0] == "does not hold here"  # 25x < 40x
     assert speedrun.judge_target([2.0, 2.0], 3.0, [None], 40.0)[0] == "inconclusive"  # baseline missed: no ratio
     with pytest.raises(ValueError):

@@ -1003,14 +1003,16 @@ def judge_target(times: list[float | None], target_s: float | None = None, basel
         base = [t for t in baseline if t is not None]
         nums.update(baseline_seeds=len(baseline), baseline_reached=len(base), ratio_target=ratio_target)
         if not base or len(base) < len(baseline):
-            # the baseline missed the target in some run: its time is unknown, so is the ratio
-            return "inconclusive", nums
-        bm, blo, bhi = _bounds(base)
-        nums.update(baseline_mean_s=bm, baseline_sd_s=statistics.stdev(base) if len(base) > 1 else 0.0,
-                    ratio=bm / m, ratio_low=blo / hi if hi > 0 else math.inf,
-                    ratio_high=bhi / lo if lo > 0 else math.inf)
-        ok.append(nums["ratio_low"] >= ratio_target)
-        bad.append(nums["ratio_high"] < ratio_target)
+            # the baseline missed the target in some run: its time is unknown, so is the ratio (the time target
+            # alone can still fail the claim below)
+            ok.append(False)
+        else:
+            bm, blo, bhi = _bounds(base)
+            nums.update(baseline_mean_s=bm, baseline_sd_s=statistics.stdev(base) if len(base) > 1 else 0.0,
+                        ratio=bm / m, ratio_low=blo / hi if hi > 0 else math.inf,
+                        ratio_high=bhi / lo if lo > 0 else math.inf)
+            ok.append(nums["ratio_low"] >= ratio_target)
+            bad.append(nums["ratio_high"] < ratio_target)
     if any(bad):
         return "does not hold here", nums
     if ok and all(ok):
