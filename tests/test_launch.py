@@ -39,6 +39,12 @@ def wait_for_pids(pid_dir: Path, n: int, timeout: float = 30) -> list[int]:
     raise AssertionError(f"workers did not start within {timeout} s: {os.listdir(pid_dir)}")
 
 
+def mentioning(marker: str) -> list[psutil.Process]:
+    """The live (not zombie) processes whose command line mentions ``marker``."""
+    return [p for p in psutil.process_iter(["cmdline", "status"])
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or [])]
+
+
 def assert_all_gone(pids, marker: str, timeout: float = 10):
     """No worker pid is alive (zombies count as gone) and no process mentions ``marker``."""
     def alive(pid):
@@ -48,11 +54,7 @@ def assert_all_gone(pids, marker: str, timeout: float = 10):
             return False
 
     def leftovers():
-        found = []
-        for p in psutil.process_iter(["pid", "cmdline", "status"]):
-            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
-                found.append(p.info["pid"])
-        return found
+        return [p.pid for p in mentioning(marker)]
 
     deadline = time.monotonic() + timeout  # orphans may take a moment to be reaped
     while time.monotonic() < deadline and (any(map(alive, pids)) or leftovers()):
@@ -164,9 +166,8 @@ def test_sigkill_leaves_no_orphan(tmp_path, target):
     finally:
         child.kill()
         child.wait()
-        for p in psutil.process_iter(["cmdline"]):  # a failed run leaves nothing behind either
-            if str(tmp_path) in " ".join(p.info["cmdline"] or []):
-                p.kill()
+        for p in mentioning(str(tmp_path)):  # a failed run leaves nothing behind either
+            p.kill()
 
 
 @pytest.mark.slow  # starts torchrun and 2 workers

@@ -88,14 +88,13 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, on_stop)
     child = subprocess.Popen(command)
-    if os.getppid() != parent:  # the kernel died before PR_SET_PDEATHSIG was in place
-        on_stop(signal.SIGTERM, None)
     while True:
         try:
             code = child.wait(timeout=0.5)
             break
         except subprocess.TimeoutExpired:
-            if os.getppid() != parent and not stops:  # no PR_SET_PDEATHSIG (not Linux): poll
+            # the launcher died before PR_SET_PDEATHSIG was in place, or without it (no prctl): poll
+            if os.getppid() != parent and not stops:
                 on_stop(signal.SIGTERM, None)
             if stops and time.monotonic() - stops[0] > STOP_GRACE_S:
                 stop_descendants(grace=0)  # torchrun too
