@@ -76,23 +76,36 @@ class FastNet(nn.Module):
 
 
 class SpeedNet(nn.Module):
-    """FastNet tuned for a CPU speedrun: the same conv-BN-ReLU-pool blocks, narrower (``width`` -> 2x -> 4x
-    channels) and with a 5x5 first block so one layer sees a stroke. At width 12: 17,758 parameters and 2.5 MFLOP
-    per forward image (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Introduced in 10_speedrun."""
+    """FastNet tuned for a CPU speedrun: three blocks, narrower (``width`` -> 2x -> 4x channels), with a 5x5 first
+    block so one layer sees a stroke, and each block pooling *before* its BatchNorm and ReLU (conv-pool-BN-ReLU, the
+    order of KellerJordan/cifar10-airbench): BatchNorm, ReLU and their backward passes then touch a quarter of the
+    activations, which on a CPU is where a small net's step spends its time (``scripts/bench_time_to_accuracy.py``'s
+    reference files give the images/s). At width 12: 17,758 parameters and 2.5 MFLOP per forward image
+    (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Introduced in 10_speedrun."""
+
+    pool_first = True
 
     def __init__(self, width: int = 12):
         super().__init__()
         w1, w2, w3 = width, 2 * width, 4 * width
 
         def block(c_in, c_out, k):
-            return nn.Sequential(nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False), nn.BatchNorm2d(c_out),
-                                 nn.ReLU(inplace=True), nn.MaxPool2d(2))
+            conv = nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False)
+            pool, bn_relu = [nn.MaxPool2d(2)], [nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+            return nn.Sequential(conv, *(pool + bn_relu if self.pool_first else bn_relu + pool))
 
         self.features = nn.Sequential(block(1, w1, 5), block(w1, w2, 3), block(w2, w3, 3))
         self.head = nn.Linear(w3 * 3 * 3, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.log_softmax(self.head(torch.flatten(self.features(x), 1)), dim=1)
+
+
+class SpeedNetV1(SpeedNet):
+    """SpeedNet as first built, in FastNet's block order (conv-BN-ReLU-pool): the same parameters and FLOPs, but
+    BatchNorm and ReLU run on the full-resolution activations. Notebook 10's ladder measures what pooling first buys."""
+
+    pool_first = False
 
 
 class MLP(nn.Module):
@@ -109,20 +122,21 @@ class MLP(nn.Module):
         return F.log_softmax(self.fc2(F.relu(self.fc1(torch.flatten(x, 1)))), dim=1)
 
 
-MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet, "mlp": MLP}
+MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet, "speednet_v1": SpeedNetV1,
+          "mlp": MLP}
 
 
 def build_model(name: str, width: int | None = None) -> nn.Module:
-    """A fresh model by name (``net``, ``netbn``, ``fastnet``, ``speednet``); ``width`` for fastnet/speednet
-    (None: the class default)."""
+    """A fresh model by name (a key of ``MODELS``); ``width`` for fastnet, speednet(_v1) and mlp (None: the class
+    default)."""
     try:
         cls = MODELS[name.lower()]
     except (KeyError, AttributeError):
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}") from None
     if width is None:
         return cls()
-    if cls not in (FastNet, SpeedNet, MLP):
-        raise ValueError(f"width only applies to fastnet, speednet and mlp, not {name!r}; leave width=None")
+    if not issubclass(cls, (FastNet, SpeedNet, MLP)):
+        raise ValueError(f"width only applies to fastnet, speednet(_v1) and mlp, not {name!r}; leave width=None")
     return cls(width)
 
 

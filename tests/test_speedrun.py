@@ -18,13 +18,21 @@ TINY = dict(subset=512, test_subset=200, device="cpu")
 def test_chain_is_one_change_per_step_with_levels():
     for device in ("cpu", "cuda"):
         steps = speedrun.chain(device)
-        assert [r.name for r in steps] == ["article", "tensors", "device", "onecycle", "smallnet", "bf16",
-                                           "compile", "graphs"]
+        cpu_only = ["batch64"] if device == "cpu" else []
+        assert [r.name for r in steps] == ["article", "tensors", "device", "onecycle", "smallnet", "poolfirst",
+                                           *cpu_only, "bf16", "compile", "graphs"]
         for r in steps:
             assert r.levels and set(r.levels) <= set(speedrun.LEVELS) and r.change
         assert steps[0].model == "net" and steps[0].data == "dataloader" and steps[0].batch_size == 128
         assert steps[0].optimizer == "adam" and steps[0].lr == 1e-3 and steps[0].scheduler == "none"
         assert steps[-1].cuda_graphs and steps[-1].compile
+        assert speedrun.fast_base(device) == steps[[r.name for r in steps].index("bf16") - 1]
+        # pooling first changes the block order only: same parameters, same FLOPs
+        small, pooled = (build_model(r.model, r.width) for r in steps[4:6])
+        assert sum(p.numel() for p in small.parameters()) == sum(p.numel() for p in pooled.parameters())
+        assert flops_per_image(small) == flops_per_image(pooled)
+        assert [type(m).__name__ for m in pooled.features[0]] == ["Conv2d", "MaxPool2d", "BatchNorm2d", "ReLU"]
+        assert [type(m).__name__ for m in small.features[0]] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"]
     assert speedrun.chain("cuda")[3].batch_size > speedrun.chain("cpu")[3].batch_size
     assert speedrun.skip_reason(speedrun.get_recipe("graphs"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("device"), "cpu")

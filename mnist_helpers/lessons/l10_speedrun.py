@@ -9,6 +9,8 @@ changes (the article's three levels: hardware, framework, task)::
     device    the tensors live in device memory (GPU only; on a CPU it is `tensors`)  (hardware)
     onecycle  OneCycle learning-rate schedule (+ batch 512 on a GPU)           (task)
     smallnet  a smaller net (SpeedNet, ~10x fewer FLOPs than Net)             (task: the model)
+    poolfirst each block pools before its BatchNorm and ReLU (a quarter of the activations)  (task: the model)
+    batch64   batch 64 and a 0.8-epoch OneCycle horizon (CPU only)             (task)
     bf16      channels_last memory format + bfloat16 autocast                 (framework + task)
     compile   torch.compile                                                   (framework)
     graphs    CUDA graphs: the whole training step captured once, replayed    (framework, GPU only)
@@ -144,9 +146,10 @@ ARTICLE = Recipe(
 def chain(device: str | torch.device = "cpu") -> list[Recipe]:
     """The notebook's ladder for ``device``: each recipe is the previous one with one change.
 
-    One difference between devices, measured on the 2-core CPU (shared, 2026-12-02): there a larger batch buys no
+    One difference between devices, measured on the 2-core CPUs (2026-12-02/03): there a larger batch buys no
     throughput, only fewer updates per epoch (SpeedNet at batch 512 stalled at 98.6% after 1.5 epochs), so the
-    CPU ladder keeps batch 128 and adds only the OneCycle schedule; a GPU takes batch 512.
+    CPU ladder keeps batch 128 for the OneCycle schedule, then halves it (``batch64``: twice the updates per epoch for
+    little throughput, 99.0% in about half an epoch); a GPU takes batch 512.
     """
     gpu = torch.device(device).type == "cuda"
     big = 512 if gpu else 128
@@ -163,9 +166,14 @@ def chain(device: str | torch.device = "cpu") -> list[Recipe]:
         batch_size=big, drop_last=True, lr=3e-3, scheduler="onecycle", num_epochs=2.0,
         eval_every_steps=max(1, 6000 // big))
     add(name="smallnet", change="a smaller net (SpeedNet: FastNet's blocks, narrower; ~10x fewer FLOPs than Net), "
-        "SGD-Nesterov with label smoothing", levels=("task",), model="speednet", width=16 if gpu else 12,
+        "SGD-Nesterov with label smoothing", levels=("task",), model="speednet_v1", width=16 if gpu else 12,
         optimizer="sgd", lr=0.2 if gpu else 0.1, weight_decay=5e-4, label_smoothing=0.1,
         num_epochs=4.0 if gpu else 1.25)  # GPU settings not yet tuned on a GPU: device_check.sh measures them
+    add(name="poolfirst", change="each block pools before its BatchNorm and ReLU (airbench's order: they touch a "
+        "quarter of the activations; same parameters and FLOPs)", levels=("task",), model="speednet")
+    if not gpu:
+        add(name="batch64", change="batch 64 (twice the updates per epoch) and a 0.8-epoch OneCycle horizon",
+            levels=("task",), batch_size=64, num_epochs=0.8, eval_every_steps=6000 // 64)
     add(name="bf16", change="channels_last memory format + bfloat16 autocast", levels=("framework", "task"),
         channels_last=True, amp="bf16")
     add(name="compile", change="torch.compile (kernel fusion; compile time reported apart)",
@@ -189,7 +197,7 @@ def fastest(device: str | torch.device = "cpu", choice: dict | None = None, *, m
     2-core CPU, the compilations included), else float32 eager, said to be unmeasured. ``log`` prints
     the one line that says which and why (None: silent)."""
     device = _device(device)
-    base = [r for r in chain(device) if r.name == "smallnet"][0]
+    base = fast_base(device)
     why = None
     if choice is None:
         cached = cached_choice(device)
@@ -217,12 +225,19 @@ def fastest(device: str | torch.device = "cpu", choice: dict | None = None, *, m
                           f"({why or 'chosen by the caller'})")
 
 
+def fast_base(device: str | torch.device = "cpu") -> Recipe:
+    """The ladder's last step before the per-machine settings (``bf16``): the recipe :func:`fastest` and
+    :func:`choose_settings` start from."""
+    steps = chain(device)
+    return steps[[r.name for r in steps].index("bf16") - 1]
+
+
 # The 99.5% recipe: what it changes on top of `fast` (notebook 10's `hyp` cell shows both recipes whole), in the
 # order of LADDER_995, each step one change whose gain the notebook measures.
 HYP_995 = {"width": 16, "num_epochs": 5.0, "translate": 2}
 LADDER_995 = (
     ("wider", "a wider SpeedNet (width 12 -> 16: 1.7x the FLOPs per image)", ("task",), {"width": 16}),
-    ("longer", "a longer OneCycle horizon (1.25 -> 5 epochs)", ("task",), {"num_epochs": 5.0}),
+    ("longer", "a longer OneCycle horizon (5 epochs)", ("task",), {"num_epochs": 5.0}),
     ("translate", "augmentation: every image shifted by up to 2 pixels (no flips: digits are not symmetric)",
      ("task",), {"translate": 2}),
 )
@@ -304,7 +319,7 @@ def _simplicity(settings: dict) -> int:
 
 
 def choose_settings(device: str | torch.device = "cpu", candidates: list[dict] | None = None, *,
-                    block_s: float = 0.3, blocks: int = 5, margin: float = 0.05, cache: bool = True,
+                    block_s: float = 1.0, blocks: int = 5, margin: float = 0.05, cache: bool = True,
                     log: Callable[[str], None] | None = print) -> dict:
     """Measure the fast recipe's training step under each of ``candidates`` (default :func:`candidate_settings`) on
     this machine and choose the fastest; say why in one line.
@@ -344,7 +359,7 @@ def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
     if not isinstance(blocks, int) or blocks < 1 or not (isinstance(block_s, (int, float)) and block_s > 0):
         raise ValueError(f"blocks must be a positive integer and block_s a positive number of seconds, "
                          f"got {blocks!r} and {block_s!r}")
-    base = [r for r in chain(device) if r.name == "smallnet"][0]
+    base = fast_base(device)
     X = torch.randn(base.batch_size, 1, 28, 28, device=device)
     y = torch.randint(0, 10, (base.batch_size,), device=device)
     runners, rows = [], []
