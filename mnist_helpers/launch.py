@@ -279,7 +279,7 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
         if echo:  # the command to paste, then where it runs (a shell comment: the line stays pasteable)
             print("$", as_shell(nproc, device), " #", _device_note(asked, device, nproc, gpus), flush=True)
         results.unlink(missing_ok=True)  # a file left by an earlier run must not pass as this one's
-        lines, status = _run(command, child_env, timeout, echo)
+        lines, status = _run(command, child_env, timeout, echo, cleanup=tmp.name)
         _raise_on_failure(status, command, "".join(lines), error_file, timeout)
         return json.loads(results.read_text()) if results.is_file() else None
     finally:
@@ -328,14 +328,16 @@ def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
 GUARDED = sys.platform.startswith("linux")  # prctl: see mnist_helpers/tools/reaper.py
 
 
-def popen_guarded(command: list[str], **kwargs) -> subprocess.Popen:
+def popen_guarded(command: list[str], cleanup: str | None = None, **kwargs) -> subprocess.Popen:
     """``subprocess.Popen(command)`` of torchrun under ``mnist_helpers.tools.reaper`` (Linux), in a session
     of its own: when the kernel dies (even with its whole process group killed) or torchrun is killed,
-    the reaper stops torchrun and every worker, so nothing keeps training with no one to read it.
+    the reaper stops torchrun and every worker, so nothing keeps training with no one to read it, and removes
+    the folder ``cleanup`` (the launcher's temporary folder) if the kernel died.
     SIGINT/SIGTERM sent to the returned process are passed on to torchrun."""
     if not GUARDED:  # same process group as the caller: Jupyter's interrupt reaches torchrun directly
         return subprocess.Popen(command, **kwargs)
-    wrapped = [sys.executable, "-m", "mnist_helpers.tools.reaper", str(os.getpid()), "--", *command]
+    wrapped = [sys.executable, "-m", "mnist_helpers.tools.reaper", *(["--cleanup", cleanup] if cleanup else []),
+               str(os.getpid()), "--", *command]
     return subprocess.Popen(wrapped, start_new_session=True, **kwargs)
 
 
@@ -352,9 +354,9 @@ def run_guarded(command: list[str], timeout: float, **kwargs) -> subprocess.Comp
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
-def _run(command, env, timeout, echo):
+def _run(command, env, timeout, echo, cleanup=None):
     """Run torchrun, echo its lines live; return (lines, exit code or "timeout")."""
-    proc = popen_guarded(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+    proc = popen_guarded(command, cleanup, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1)
     lines_q: queue.Queue = queue.Queue()
 

@@ -149,11 +149,16 @@ def test_keyboard_interrupt_stops_every_process(tmp_path, target):
 def test_sigkill_leaves_no_orphan(tmp_path, target):
     """SIGKILL, which no handler sees: of the kernel's whole process group (Jupyter's restart, a notebook
     timeout), of the kernel alone, or of torchrun (whose workers run in sessions of their own). The reaper
-    between the launcher and torchrun (mnist_helpers/tools/reaper.py) stops every worker all the same."""
+    between the launcher and torchrun (mnist_helpers/tools/reaper.py) stops every worker all the same, and the
+    launcher's temporary folder (torchrun's logs) does not stay behind either."""
+    tmp_root = tmp_path / "tmp"
+    tmp_root.mkdir()
     child = subprocess.Popen([sys.executable, str(WORKERS / "interrupt_launcher.py"), str(tmp_path)],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                             env={**os.environ, "TMPDIR": str(tmp_root)})
     try:
         pids = wait_for_pids(tmp_path, 2)
+        assert list(tmp_root.glob("mnist_launch_*")), "the launcher made its temporary folder elsewhere"
         if target == "kernel_group":
             os.killpg(child.pid, signal.SIGKILL)
         elif target == "kernel_only":
@@ -163,6 +168,10 @@ def test_sigkill_leaves_no_orphan(tmp_path, target):
                          if "torch.distributed.run" in " ".join(p.cmdline()) and "reaper" not in " ".join(p.cmdline()))
             agent.kill()
         assert_all_gone(pids, str(tmp_path), timeout=30)  # ~1 s when idle (a stop grace of 10 s at most)
+        deadline = time.monotonic() + 10
+        while list(tmp_root.glob("mnist_launch_*")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not list(tmp_root.glob("mnist_launch_*")), "the launcher's temporary folder was left behind"
     finally:
         child.kill()
         child.wait()

@@ -235,6 +235,12 @@ def test_judge_target_needs_every_seed_and_a_margin_outside_the_spread():
     assert speedrun.judge_target([2.0, 2.1, 1.9, 2.0, 2.05], 3.0, [None], 30.0)[0] == "inconclusive"
     assert speedrun.judge_target([2.0, 2.0], 3.0, [50.0, 50.0], 40.0)[0] == "does not hold here"  # 25x < 40x
     assert speedrun.judge_target([2.0, 2.0], 3.0, [None], 40.0)[0] == "inconclusive"  # baseline missed: no ratio
+    # ... unless its budget alone is enough: a run that missed after 150 s of training would have taken longer
+    v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None, 120.0], 40.0, baseline_budget_s=[150.0, 130.0])
+    assert v == "holds" and n["baseline_censored"] == 1 and n["ratio_at_least"] >= 40 and "ratio" not in n
+    # a lower bound under the target says nothing: inconclusive, never "does not hold here"
+    v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None], 40.0, baseline_budget_s=[60.0])
+    assert v == "inconclusive" and n["ratio_at_least"] < 40
     with pytest.raises(ValueError):
         speedrun.judge_target([])
 

@@ -992,14 +992,18 @@ def _bounds(xs: list[float]) -> tuple[float, float, float]:
 
 
 def judge_target(times: list[float | None], target_s: float | None = None, baseline: list[float | None] | None = None,
-                 ratio_target: float | None = None) -> tuple[str, dict]:
+                 ratio_target: float | None = None, baseline_budget_s: list[float] | None = None) -> tuple[str, dict]:
     """The verdict on a time-to-accuracy target from per-seed training times (None: a seed that missed it).
 
     ``holds`` when every seed reached it, the mean's interval (mean +- 2 standard errors) lies at or under
     ``target_s`` and, with a ``baseline`` (the article's recipe, same run), the ratio of the means is at least
     ``ratio_target`` even at the unfavourable ends of both intervals; ``does not hold here`` when a seed missed it
     or the interval lies wholly on the wrong side; else ``inconclusive`` (the target is inside the spread).
-    Returns the verdict and its numbers (mean, sd, interval, ratio and its bounds)."""
+
+    A baseline run that missed the target within its budget has an unknown time, longer than the training it did:
+    with ``baseline_budget_s`` (each baseline run's training seconds, in ``baseline``'s order) that training time is
+    a lower bound, so the ratio has a lower bound (``ratio_at_least``) which can still show the ratio target met;
+    it can never show it missed. Returns the verdict and its numbers (mean, sd, interval, ratio and its bounds)."""
     if not times:
         raise ValueError("judge_target needs at least one run's time")
     hit = [t for t in times if t is not None]
@@ -1018,9 +1022,16 @@ def judge_target(times: list[float | None], target_s: float | None = None, basel
         base = [t for t in baseline if t is not None]
         nums.update(baseline_seeds=len(baseline), baseline_reached=len(base), ratio_target=ratio_target)
         if not base or len(base) < len(baseline):
-            # the baseline missed the target in some run: its time is unknown, so is the ratio (the time target
-            # alone can still fail the claim below)
-            ok.append(False)
+            # the baseline missed the target in some run: its time is unknown, so is the ratio; with the runs'
+            # budgets it has a lower bound (the time target alone can still fail the claim below)
+            if baseline_budget_s is not None and len(baseline_budget_s) == len(baseline):
+                lower = [t if t is not None else b for t, b in zip(baseline, baseline_budget_s)]
+                blo = _bounds(lower)[1]
+                nums.update(baseline_censored=len(baseline) - len(base), baseline_at_least_s=statistics.fmean(lower),
+                            ratio_at_least=blo / hi if hi > 0 else math.inf)
+                ok.append(nums["ratio_at_least"] >= ratio_target)
+            else:
+                ok.append(False)
         else:
             bm, blo, bhi = _bounds(base)
             nums.update(baseline_mean_s=bm, baseline_sd_s=statistics.stdev(base) if len(base) > 1 else 0.0,

@@ -1,6 +1,6 @@
 """Run torchrun so that nothing it starts outlives the notebook kernel that launched it (Linux).
 
-    python -m mnist_helpers.tools.reaper <the launcher's pid> -- <the torchrun command>
+    python -m mnist_helpers.tools.reaper [--cleanup <folder>] <the launcher's pid> -- <the torchrun command>
 
 Two ways a notebook leaves orphans behind, both seen in this series:
 
@@ -15,7 +15,9 @@ dies (``PR_SET_PDEATHSIG``), and to become the "subreaper" of everything below i
 (``PR_SET_CHILD_SUBREAPER``): a worker orphaned by a killed torchrun is re-parented to the wrapper,
 not to init, so the wrapper still finds it. SIGINT and SIGTERM are passed on to torchrun (which stops
 its workers); when torchrun has exited, or 10 s after a stop signal, every process left below the
-wrapper is stopped (SIGTERM, then SIGKILL). The exit code is torchrun's.
+wrapper is stopped (SIGTERM, then SIGKILL). The exit code is torchrun's. With ``--cleanup``, a folder the
+launcher would have removed (its temporary folder: torchrun's logs and error file) is removed too, when the
+launcher died first.
 
 ``mnist_helpers.launch`` uses it for every torchrun it starts; the printed command stays the torchrun
 command a learner would type.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +71,8 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog=f"python -m {__spec__.name if __spec__ else 'reaper'}",
                                  description="run a torchrun command; stop everything below it when it or the "
                                              "launcher dies")
+    ap.add_argument("--cleanup", metavar="DIR", default=None,
+                    help="a folder to remove at the end if the launcher died (it can no longer remove it)")
     ap.add_argument("parent_pid", type=int, help="the launcher's pid (the notebook kernel)")
     ap.add_argument("command", nargs=argparse.REMAINDER, help="-- then the torchrun command")
     args = ap.parse_args(argv)
@@ -101,6 +106,8 @@ def main(argv: list[str]) -> int:
     left = stop_descendants()
     if left and not stops:
         print(f"[reaper] torchrun exited ({code}) leaving {left} process(es) behind; stopped them", file=sys.stderr)
+    if args.cleanup and os.getppid() != parent:  # a live launcher still reads its error file, then removes it
+        shutil.rmtree(args.cleanup, ignore_errors=True)
     return code if code >= 0 else 128 - code
 
 
