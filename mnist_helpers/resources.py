@@ -84,6 +84,31 @@ def cpu_flags() -> set[str]:
     return set()
 
 
+def isolate_compile_cache() -> str | None:
+    """Give torch.compile an on-disk cache of its own when torch's CPU kernels are limited to a lower ISA.
+
+    Inductor's cache (``TORCHINDUCTOR_CACHE_DIR``, default ``<tmp>/torchinductor_<user>``) is not keyed by
+    ``ATEN_CPU_CAPABILITY``: code compiled by a native run and replayed with ``ATEN_CPU_CAPABILITY=avx2`` computed
+    out-of-bounds indices in SpeedNet's max-pool (torch 2.14.1, 2-core EPYC, 2 threads; a fresh cache compiled and
+    ran). With ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA`` set and no cache folder chosen, this sets
+    ``TORCHINDUCTOR_CACHE_DIR`` to ``<tmp>/torchinductor_<user>_<isa>``. Call it before the first torch.compile.
+    Returns the folder it chose, or None when it left the setting alone."""
+    import getpass
+    import re
+    import tempfile
+
+    isa = os.environ.get("ATEN_CPU_CAPABILITY") or os.environ.get("ONEDNN_MAX_CPU_ISA")
+    if not isa or os.environ.get("TORCHINDUCTOR_CACHE_DIR"):
+        return None
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{os.getuid()}" if hasattr(os, "getuid") else "user"
+    path = os.path.join(tempfile.gettempdir(), re.sub(r"[^\w.-]", "_", f"torchinductor_{user}_{isa.lower()}"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
+    return path
+
+
 def usable_cores() -> int:
     """Cores this process may run on (affinity / cgroup-pinned), not the machine's total."""
     try:

@@ -81,3 +81,19 @@ def test_the_avx2_profile_is_in_effect():
     info = machine_info()
     assert torch.backends.cpu.get_cpu_capability() == "AVX2" and info["onednn_max_cpu_isa"] == "AVX2"
     assert info["cpu_capability"] == "AVX2"
+
+
+def test_a_limited_isa_compiles_into_its_own_cache(monkeypatch, tmp_path):
+    """Inductor's cache is not keyed by ATEN_CPU_CAPABILITY: a run limited to AVX2 must not replay native code."""
+    from mnist_helpers.resources import isolate_compile_cache
+
+    monkeypatch.setattr("tempfile.gettempdir", lambda: str(tmp_path))
+    for var in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "TORCHINDUCTOR_CACHE_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert isolate_compile_cache() is None and "TORCHINDUCTOR_CACHE_DIR" not in __import__("os").environ  # native
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    path = isolate_compile_cache()
+    assert path.startswith(str(tmp_path)) and path.endswith("_avx2")
+    assert __import__("os").environ["TORCHINDUCTOR_CACHE_DIR"] == path
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "chosen"))  # a folder someone chose stays
+    assert isolate_compile_cache() is None

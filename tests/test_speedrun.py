@@ -181,6 +181,12 @@ def test_summary_and_speedup_from_runs():
     assert list(df["reached 99.0%"]) == ["2/2", "2/2", "0/1"]
     assert df["to 99.0% s"].tolist()[:2] == pytest.approx([110.0, 11.0]) and df["to 99.0% s"].isna().tolist()[2]
     speedrun.show_summary(rows, caption="summary")  # plain text outside a notebook
+    # the baseline aims at the first target only, listed first: the second target's columns still appear
+    both = run("fast995", 0, 20.0, 0.995)
+    both["targets"]["0.995"] = dict(both["targets"]["0.99"], train_s=50.0)
+    df = speedrun.summary_table(speedrun.summarize(runs + [both]))
+    assert list(df["reached 99.5%"]) == ["not aimed at"] * 3 + ["1/1"]
+    assert df["to 99.5% s"].tolist()[3] == pytest.approx(50.0) and df["to 99.5% s"].isna().tolist()[0]
 
 
 def test_run_line_is_prose():

@@ -57,6 +57,7 @@ from torch.nn import functional as F
 from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.display import show, table
 from mnist_helpers.models import MODELS, build_model, flops_per_image
+from mnist_helpers.resources import isolate_compile_cache
 from mnist_helpers.train import (AMP_DTYPES, TrainConfig, evaluate, make_train_batches, seed_everything,
                                  select_device, synchronize, train_step)
 
@@ -373,6 +374,8 @@ def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
             if r.channels_last:
                 model = model.to(memory_format=torch.channels_last)
             opt = _make_optimizer(r, model)
+            if r.compile:
+                isolate_compile_cache()
             forward = torch.compile(model) if r.compile else model
             Xc = X.contiguous(memory_format=torch.channels_last) if r.channels_last else X
 
@@ -683,6 +686,8 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
         model = model.to(memory_format=torch.channels_last)
     opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
     init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    if recipe.compile:
+        isolate_compile_cache()
     forward = torch.compile(model) if recipe.compile else model
 
     def lr_at(step):
@@ -907,8 +912,10 @@ def summarize(runs: list[dict]) -> list[dict]:
 
 
 def _target_keys(rows: list[dict]) -> list[str]:
-    return [k[1:-5] for k in rows[0] if k.startswith("t") and k.endswith("_mean") and "wall" not in k
-            and "epochs" not in k] if rows else []
+    """Every target any row has (the article's recipe aims at the first only), in first-seen order."""
+    keys = [k[1:-5] for r in rows for k in r if k.startswith("t") and k.endswith("_mean") and "wall" not in k
+            and "epochs" not in k]
+    return list(dict.fromkeys(keys))
 
 
 def summary_table(rows: list[dict]) -> pd.DataFrame:
@@ -919,9 +926,10 @@ def summary_table(rows: list[dict]) -> pd.DataFrame:
         row = {"recipe": r["recipe"], "runs": r["runs"]}
         for k in _target_keys(rows):
             label = f"{float(k):.1%}"
-            for col, v in ((f"to {label} s", r[f"t{k}_mean"]), (f"to {label} sd", r[f"t{k}_sd"])):
+            for col, v in ((f"to {label} s", r.get(f"t{k}_mean")), (f"to {label} sd", r.get(f"t{k}_sd"))):
                 row[col] = math.nan if v is None else v  # not reached in any run: NaN, so the column stays numeric
-            row[f"reached {label}"] = f"{r[f't{k}_reached']}/{r['runs']}"
+            aimed = f"t{k}_reached" in r  # a recipe that did not aim at this target: no count
+            row[f"reached {label}"] = f"{r[f't{k}_reached']}/{r['runs']}" if aimed else "not aimed at"
         row.update({"final acc": r["acc_mean"], "acc sd": r["acc_sd"], "img/s": r["images_per_s"],
                     "setup s": r["setup_s"]})
         out.append(row)
