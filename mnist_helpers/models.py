@@ -79,9 +79,9 @@ class SpeedNet(nn.Module):
     """FastNet tuned for a CPU speedrun: three blocks, narrower (``width`` -> 2x -> 4x channels), with a 5x5 first
     block so one layer sees a stroke, and each block pooling *before* its BatchNorm and ReLU (conv-pool-BN-ReLU, the
     order of KellerJordan/cifar10-airbench): BatchNorm, ReLU and their backward passes then touch a quarter of the
-    activations, which on a CPU is where a small net's step spends its time (``scripts/bench_time_to_accuracy.py``'s
-    reference files give the images/s). At width 12: 17,758 parameters and 2.5 MFLOP per forward image
-    (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Introduced in 10_speedrun."""
+    activations, which on a CPU is where a small net's step spends its time (notebook 10's ladder measures what it
+    buys: its ``poolfirst`` step against ``smallnet``, SpeedNetV1). At width 12: 17,758 parameters and 2.5 MFLOP per
+    forward image (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Introduced in 10_speedrun."""
 
     pool_first = True
 

@@ -743,7 +743,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
         try:
             for X, y in warm + warm:  # evaluation runs the eager model, so only the training graph is compiled
                 do_step(X, y)
-        except Exception as e:  # seen: compiled SpeedNet under ATEN_CPU_CAPABILITY=avx2 (torch 2.14.1) on an AVX-512 CPU
+        except Exception as e:  # seen: compiled SpeedNet under ATEN_CPU_CAPABILITY=avx2 (torch 2.14.1), AVX-512 CPU
             if not recipe.compile:
                 raise
             notes.append(f"the compiled step failed here ({type(e).__name__}: {str(e)[:200]}); trained the eager "
