@@ -57,7 +57,7 @@ def test_launcher_sets_store_variable_only_for_restarts(monkeypatch):
     assert "--max-restarts" in build_command("m", max_restarts=2)
     seen = {}
 
-    def fake_run(command, env, timeout, echo):
+    def fake_run(command, env, timeout, echo, cleanup=None):
         seen.update(env)
         return [], 0
 
