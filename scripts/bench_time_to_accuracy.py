@@ -230,19 +230,7 @@ def main(argv=None) -> int:
         for cid, (verdict, nums, cont, rs) in judge(runs, names, info, args.quick, target_s).items():
             key = "0.99" if cid.endswith("_99") else "0.995"
             nums = {"target_acc": float(key), **{k: v for k, v in nums.items() if v is not None}}
-            if "mean_s" in nums:
-                ev = (f"{nums['reached']}/{nums['seeds']} seeds reached {float(key):.1%}: {nums['mean_s']:.2f} +- "
-                      f"{nums['sd_s']:.2f} s of training (target {nums['target_s']:g} s)")
-            else:
-                ev = f"0/{nums['seeds']} seeds reached {float(key):.1%}"
-            if "ratio" in nums:
-                ev += (f"; {nums['ratio']:.1f}x the article's recipe ({nums['baseline_mean_s']:.1f} s, "
-                       f"{nums['baseline_seeds']} seeds; target {nums['ratio_target']:g}x)")
-            elif "ratio_at_least" in nums:
-                ev += (f"; at least {nums['ratio_at_least']:.1f}x the article's recipe at the interval's "
-                       f"unfavourable ends ({nums['baseline_censored']} of {nums['baseline_seeds']} seeds missed "
-                       f"{float(key):.1%} within its {per_recipe[base.name]['num_epochs']:g} epochs: their time is "
-                       f"at least their training time; target {nums['ratio_target']:g}x)")
+            ev = speedrun.target_evidence(nums, per_recipe[base.name]["num_epochs"])
             recipe = roles["fast" if key == "0.99" else "fast995"]
             regime = (f"{recipe.name}: SpeedNet({recipe.width}), batch {recipe.batch_size}, "
                       f"{speedrun.settings_label(recipe)}, OneCycle {recipe.num_epochs:g} epochs"

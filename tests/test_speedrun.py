@@ -244,6 +244,8 @@ def test_judge_target_needs_every_seed_and_a_margin_outside_the_spread():
     # ... unless its budget alone is enough: a run that missed after 150 s of training would have taken longer
     v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None, 120.0], 40.0, baseline_budget_s=[150.0, 130.0])
     assert v == "holds" and n["baseline_censored"] == 1 and n["ratio_at_least"] >= 40 and "ratio" not in n
+    ev = speedrun.target_evidence({"target_acc": 0.99, **n}, 5.0)
+    assert ev.startswith("3/3 seeds reached 99.0%: 2.00 +- 0.10 s") and "1 of 2 seeds missed 99.0% within its 5" in ev
     # a lower bound under the target says nothing: inconclusive, never "does not hold here"
     v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None], 40.0, baseline_budget_s=[60.0])
     assert v == "inconclusive" and n["ratio_at_least"] < 40

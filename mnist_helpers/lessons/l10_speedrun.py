@@ -26,7 +26,8 @@ To 99.5%: ``ladder_995(fast)`` adds ``LADDER_995``'s three changes to the fast r
 SpeedNet, a longer OneCycle horizon, images shifted by up to 2 pixels with ``random_translate``), ending in
 ``fast995`` (``HYP_995``; notebook 10 shows both recipes in one cell as airbench-style ``hyp`` dicts). Evaluations
 get finer near a target (``fine_every_steps`` within ``fine_margin``), so the time reported lies near the crossing.
-``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995);
+``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995),
+``target_evidence`` its numbers into the evidence sentence;
 ``merge_contention`` sums the load rule over several runs.
 
 ``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
@@ -374,9 +375,7 @@ def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
             if r.channels_last:
                 model = model.to(memory_format=torch.channels_last)
             opt = _make_optimizer(r, model)
-            if r.compile:
-                isolate_compile_cache()
-            forward = torch.compile(model) if r.compile else model
+            forward = _compiled(model) if r.compile else model
             Xc = X.contiguous(memory_format=torch.channels_last) if r.channels_last else X
 
             def one(forward=forward, opt=opt, Xc=Xc, r=r):
@@ -609,6 +608,12 @@ class GraphSGD:
         torch._foreach_sub_(params, grads)
 
 
+def _compiled(model: nn.Module):
+    """``torch.compile(model)``, into a cache of its own when the CPU kernels are limited to a lower ISA."""
+    isolate_compile_cache()
+    return torch.compile(model)
+
+
 def _set_lr(opt, value: float):
     for g in opt.param_groups:
         if isinstance(g["lr"], torch.Tensor):
@@ -686,9 +691,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
         model = model.to(memory_format=torch.channels_last)
     opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
     init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    if recipe.compile:
-        isolate_compile_cache()
-    forward = torch.compile(model) if recipe.compile else model
+    forward = _compiled(model) if recipe.compile else model
 
     def lr_at(step):
         return onecycle_lr(step, total_steps, recipe.lr) if recipe.scheduler == "onecycle" else recipe.lr
@@ -740,9 +743,12 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             graph = capture()
         _set_lr(opt, lr_at(0))
     else:
-        try:
-            for X, y in warm + warm:  # evaluation runs the eager model, so only the training graph is compiled
+        def warm_up():  # evaluation runs the eager model, so only the training graph is compiled
+            for X, y in warm + warm:
                 do_step(X, y)
+
+        try:
+            warm_up()
         except Exception as e:  # seen: compiled SpeedNet under ATEN_CPU_CAPABILITY=avx2 (torch 2.14.1), AVX-512 CPU
             if not recipe.compile:
                 raise
@@ -750,8 +756,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
                          "model instead")
             forward = model
             _reset(model, opt, init_state)
-            for X, y in warm + warm:
-                do_step(X, y)
+            warm_up()
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     _reset(model, opt, init_state)
@@ -1063,6 +1068,26 @@ def judge_target(times: list[float | None], target_s: float | None = None, basel
     if ok and all(ok):
         return "holds", nums
     return "inconclusive", nums
+
+
+def target_evidence(nums: dict, baseline_epochs: float) -> str:
+    """The evidence sentence of a :func:`judge_target` verdict from its numbers (with ``target_acc`` added), as the
+    benchmark and notebook 10 write it into their result files."""
+    key = nums["target_acc"]
+    if "mean_s" in nums:
+        ev = (f"{nums['reached']}/{nums['seeds']} seeds reached {key:.1%}: {nums['mean_s']:.2f} +- "
+              f"{nums['sd_s']:.2f} s of training (target {nums['target_s']:g} s)")
+    else:
+        ev = f"0/{nums['seeds']} seeds reached {key:.1%}"
+    if "ratio" in nums:
+        ev += (f"; {nums['ratio']:.1f}x the article's recipe ({nums['baseline_mean_s']:.1f} s, "
+               f"{nums['baseline_seeds']} seeds; target {nums['ratio_target']:g}x)")
+    elif "ratio_at_least" in nums:
+        ev += (f"; at least {nums['ratio_at_least']:.1f}x the article's recipe at the interval's "
+               f"unfavourable ends ({nums['baseline_censored']} of {nums['baseline_seeds']} seeds missed "
+               f"{key:.1%} within its {baseline_epochs:g} epochs: their time is "
+               f"at least their training time; target {nums['ratio_target']:g}x)")
+    return ev
 
 
 def merge_contention(items: list[dict]) -> dict | None:
