@@ -3,7 +3,8 @@
 ``readme_lab_line(flag)`` is the README's ``make lab LAB_ARGS="..."`` line that carries ``flag``;
 ``make_lab(line, workdir)`` runs that line in the checkout (a free port in place of the README's 8888), as the
 user the tests run as (root in CI), in a session of its own, and yields a ``LabServer`` once JupyterLab has
-printed its URL with the token. On exit it sends SIGTERM to the session's process group (make and jupyter;
+printed its URL with the token and its port accepts connections (jupyter_server logs the URL before it
+binds the port). On exit it sends SIGTERM to the session's process group (make and jupyter;
 jupyter shuts its kernels down), then scans /proc until no process is left: none in the group, and none
 carrying the environment marker that every child inherits (kernels run in sessions of their own, so the
 group alone would miss them). Whatever is still there after a minute is killed and reported as a failure.
@@ -21,6 +22,7 @@ import re
 import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import time
 import urllib.request
@@ -141,6 +143,26 @@ def _stop(proc: subprocess.Popen, marker: str, timeout: float = 60) -> list[str]
     return left
 
 
+def _wait_listening(port: int, proc: subprocess.Popen, log: Path, deadline: float) -> None:
+    """Wait until 127.0.0.1:``port`` accepts a connection.
+
+    jupyter_server 2.x logs its URL in ``start_app`` and binds the port later, in a callback of the io loop that
+    starts after it (``init_httpserver`` -> ``io_loop.add_callback(_bind_http_server)``): on a loaded machine a
+    request sent as soon as the URL shows is refused (seen once in a fresh-clone ``make test``)."""
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2):
+                return
+        except OSError as err:
+            if proc.poll() is not None:
+                raise AssertionError(f"JupyterLab exited ({proc.returncode}) after printing its URL:\n"
+                                     f"{log.read_text(errors='replace')[-3000:]}") from err
+            if time.monotonic() > deadline:
+                raise AssertionError(f"JupyterLab printed its URL but port {port} accepted no connection "
+                                     f"({err}):\n{log.read_text(errors='replace')[-3000:]}") from err
+            time.sleep(0.2)
+
+
 @contextlib.contextmanager
 def make_lab(line: str, workdir: Path, lab_dir: Path | None = None, env: dict | None = None,
              startup_s: float = 180):
@@ -165,6 +187,7 @@ def make_lab(line: str, workdir: Path, lab_dir: Path | None = None, env: dict | 
                                      f"{log.read_text(errors='replace')[-3000:]}")
             time.sleep(0.3)
         served = int(m.group(1))
+        _wait_listening(served, proc, log, deadline)
         yield LabServer(argv, f"http://127.0.0.1:{served}", m.group(2), served, log, proc)
     finally:
         left = _stop(proc, marker)
