@@ -84,17 +84,20 @@ class SpeedNet(nn.Module):
     forward image (``flops_per_image``), against Net's 24.0 and FastNet's 6.4. Introduced in 10_speedrun."""
 
     pool_first = True
+    strided_stem = False
 
     def __init__(self, width: int = 12):
         super().__init__()
         w1, w2, w3 = width, 2 * width, 4 * width
 
-        def block(c_in, c_out, k):
-            conv = nn.Conv2d(c_in, c_out, k, padding=k // 2, bias=False)
-            pool, bn_relu = [nn.MaxPool2d(2)], [nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
+        def block(c_in, c_out, k, stride=1):
+            conv = nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2, bias=False)
+            pool = [nn.MaxPool2d(2)] if stride == 1 else []  # a strided conv has already halved the resolution
+            bn_relu = [nn.BatchNorm2d(c_out), nn.ReLU(inplace=True)]
             return nn.Sequential(conv, *(pool + bn_relu if self.pool_first else bn_relu + pool))
 
-        self.features = nn.Sequential(block(1, w1, 5), block(w1, w2, 3), block(w2, w3, 3))
+        stem = block(1, w1, 5, stride=2) if self.strided_stem else block(1, w1, 5)
+        self.features = nn.Sequential(stem, block(w1, w2, 3), block(w2, w3, 3))
         self.head = nn.Linear(w3 * 3 * 3, 10)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -106,6 +109,15 @@ class SpeedNetV1(SpeedNet):
     BatchNorm and ReLU run on the full-resolution activations. Notebook 10's ladder measures what pooling first buys."""
 
     pool_first = False
+
+
+class SpeedNetS2(SpeedNet):
+    """SpeedNet with a strided first layer: its 5x5 convolution steps by 2 (28x28 -> 14x14 directly) instead of
+    convolving all 784 positions and max-pooling them, as ResNet's stem does. Same parameters; the first layer costs a
+    quarter of its FLOPs and the full-resolution pooling (and its backward) is gone, which on a 2-core CPU was the most
+    expensive part of SpeedNet's step (notebook 10's ladder measures it: its ``stride2`` step)."""
+
+    strided_stem = True
 
 
 class MLP(nn.Module):
@@ -123,11 +135,11 @@ class MLP(nn.Module):
 
 
 MODELS = {"net": Net, "netbn": NetBN, "fastnet": FastNet, "speednet": SpeedNet, "speednet_v1": SpeedNetV1,
-          "mlp": MLP}
+          "speednet_s2": SpeedNetS2, "mlp": MLP}
 
 
 def build_model(name: str, width: int | None = None) -> nn.Module:
-    """A fresh model by name (a key of ``MODELS``); ``width`` for fastnet, speednet(_v1) and mlp (None: the class
+    """A fresh model by name (a key of ``MODELS``); ``width`` for fastnet, speednet(_v1, _s2) and mlp (None: the class
     default)."""
     try:
         cls = MODELS[name.lower()]
@@ -136,7 +148,7 @@ def build_model(name: str, width: int | None = None) -> nn.Module:
     if width is None:
         return cls()
     if not issubclass(cls, (FastNet, SpeedNet, MLP)):
-        raise ValueError(f"width only applies to fastnet, speednet(_v1) and mlp, not {name!r}; leave width=None")
+        raise ValueError(f"width only applies to fastnet, speednet(_v1, _s2) and mlp, not {name!r}; leave width=None")
     return cls(width)
 
 

@@ -20,7 +20,7 @@ def test_chain_is_one_change_per_step_with_levels():
         steps = speedrun.chain(device)
         cpu_only = ["batch64"] if device == "cpu" else []
         assert [r.name for r in steps] == ["article", "tensors", "device", "onecycle", "smallnet", "poolfirst",
-                                           *cpu_only, "bf16", "compile", "graphs"]
+                                           "stride2", *cpu_only, "bf16", "compile", "graphs"]
         for r in steps:
             assert r.levels and set(r.levels) <= set(speedrun.LEVELS) and r.change
         assert steps[0].model == "net" and steps[0].data == "dataloader" and steps[0].batch_size == 128
@@ -33,6 +33,14 @@ def test_chain_is_one_change_per_step_with_levels():
         assert flops_per_image(small) == flops_per_image(pooled)
         assert [type(m).__name__ for m in pooled.features[0]] == ["Conv2d", "MaxPool2d", "BatchNorm2d", "ReLU"]
         assert [type(m).__name__ for m in small.features[0]] == ["Conv2d", "BatchNorm2d", "ReLU", "MaxPool2d"]
+        # the strided stem: same parameters, the first layer's FLOPs quartered, no pooling at full resolution
+        strided = build_model(steps[6].model, steps[6].width)
+        assert sum(p.numel() for p in strided.parameters()) == sum(p.numel() for p in pooled.parameters())
+        stem = pooled.features[0][0].weight.numel() * 2 * 28 * 28
+        assert flops_per_image(pooled) - flops_per_image(strided) == stem - stem // 4
+        assert [type(m).__name__ for m in strided.features[0]] == ["Conv2d", "BatchNorm2d", "ReLU"]
+        assert strided.features[0][0].stride == (2, 2)
+        assert strided(torch.randn(2, 1, 28, 28)).shape == (2, 10)
     assert speedrun.chain("cuda")[3].batch_size > speedrun.chain("cpu")[3].batch_size
     assert speedrun.skip_reason(speedrun.get_recipe("graphs"), "cpu")
     assert speedrun.skip_reason(speedrun.get_recipe("device"), "cpu")
@@ -50,7 +58,7 @@ def test_fast_recipe_unmeasured_is_the_plainest(monkeypatch, tmp_path):
     monkeypatch.setenv("MNIST_RESULTS_DIR", str(tmp_path))  # no cached choice
     lines = []
     fast = speedrun.fastest("cpu", log=lines.append)
-    assert (fast.amp, fast.channels_last, fast.compile) == ("none", False, False) and fast.model == "speednet"
+    assert (fast.amp, fast.channels_last, fast.compile) == ("none", False, False) and fast.model == "speednet_s2"
     assert len(lines) == 1 and "not measured" in lines[0]
     with pytest.raises(ValueError, match="choice takes amp, channels_last, compile"):
         speedrun.fastest("cpu", {"amp": "bf16", "threads": 2})
