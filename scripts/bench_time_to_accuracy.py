@@ -61,7 +61,8 @@ def parse_seeds(text: str) -> list[int]:
     except ValueError:
         raise argparse.ArgumentTypeError(f"--seeds takes a count (5) or a comma list (0,3), got {text!r}") from None
     if not seeds or min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"--seeds needs at least one seed >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(f"--seeds takes a count of at least 1 (5: seeds 0..4) or a comma list of "
+                                         f"seeds >= 0 (0,3; one seed: 3,), got {text!r}")
     return seeds
 
 
@@ -104,6 +105,15 @@ def parse_args(argv=None):
     if any(not 0 < t <= 1 for t in args.targets):
         ap.error(f"--targets are accuracies in (0, 1], e.g. 0.99 0.995; got {args.targets}")
     return args
+
+
+def regime_of(recipe: speedrun.Recipe, n_train: int, device_type: str, threads: int, key: str) -> str:
+    """A claim's regime: the recipe timed (its net, batch, settings, schedule, augmentation) and where."""
+    return (f"{recipe.name}: {speedrun.net_label(recipe)}, batch {recipe.batch_size}, "
+            f"{speedrun.settings_label(recipe)}, OneCycle {recipe.num_epochs:g} epochs"
+            + (f", shifts up to {recipe.translate} px" if recipe.translate else "")
+            + f", {n_train:,} images, {device_type}, {threads} threads"
+            + ("; vs the article's recipe (Net, Adam, DataLoader) in the same run" if key == "0.99" else ""))
 
 
 def ratio_target(info: dict) -> float:
@@ -232,11 +242,7 @@ def main(argv=None) -> int:
             nums = {"target_acc": float(key), **{k: v for k, v in nums.items() if v is not None}}
             ev = speedrun.target_evidence(nums, per_recipe[base.name]["num_epochs"])
             recipe = roles["fast" if key == "0.99" else "fast995"]
-            regime = (f"{recipe.name}: SpeedNet({recipe.width}), batch {recipe.batch_size}, "
-                      f"{speedrun.settings_label(recipe)}, OneCycle {recipe.num_epochs:g} epochs"
-                      + (f", shifts up to {recipe.translate} px" if recipe.translate else "")
-                      + f", {n_train:,} images, {device.type}, {torch.get_num_threads()} threads"
-                      + ("; vs the article's recipe (Net, Adam, DataLoader) in the same run" if key == "0.99" else ""))
+            regime = regime_of(recipe, n_train, device.type, torch.get_num_threads(), key)
             res.claim(cid, verdict=verdict, evidence=ev, numbers=nums, regime=regime, contention=cont)
         res.extra = {"benchmark": "time_to_accuracy", "quick": args.quick, "complete": final, "device": str(device),
                      "targets": targets, "target_s": target_s, "ratio_target": ratio_target(info),

@@ -104,6 +104,14 @@ def test_choose_settings_measures_caches_and_reports(monkeypatch, tmp_path):
     assert res["choice"] in cands[:2] and sum(r["chosen"] for r in res["rows"]) == 1
     assert len(lines) == 1 and lines[0].startswith("fast recipe on cpu: ")
     assert speedrun.cached_choice("cpu")["choice"] == res["choice"]  # stored under this machine's key
+    # a choice timed on another net (an earlier recipe) is not reused
+    stored = json.loads((tmp_path / "choices.json").read_text())
+    assert res["model"] == speedrun.fast_base("cpu").model and res["batch_size"] == 64
+    for entry in stored.values():
+        entry["model"] = "speednet_v1"
+    (tmp_path / "choices.json").write_text(json.dumps(stored))
+    assert speedrun.cached_choice("cpu") is None
+    (tmp_path / "choices.json").write_text(json.dumps({k: {**v, "model": res["model"]} for k, v in stored.items()}))
     cached = speedrun.fastest("cpu", log=lines.append)
     assert {k: getattr(cached, k) for k in speedrun.SETTINGS} == res["choice"] and "cached" in lines[-1]
     assert list(speedrun.choice_table(res)["setting"])[-1] == "fp8, eager"  # failed rows last
@@ -350,3 +358,11 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
     with pytest.raises(RuntimeError, match="out of bounds"):  # an eager recipe's failure is never swallowed
         monkeypatch.setattr(speedrun, "train_step", lambda *a, **k: broken_compile(None)())
         speedrun.time_to_accuracy(recipe.replace(compile=False), (0.5,), seed=0, max_steps=4, **TINY)
+
+
+def test_net_label_names_the_net_a_claim_timed():
+    assert speedrun.net_label(speedrun.get_recipe("poolfirst")) == "SpeedNet(12)"
+    assert speedrun.net_label(speedrun.get_recipe("stride2")) == "SpeedNet(12, strided first layer)"
+    assert speedrun.net_label("speednet_v1", 16) == "SpeedNetV1(16, conv-BN-ReLU-pool)"
+    assert speedrun.net_label(speedrun.ARTICLE) == "Net"
+    assert speedrun.net_label("mystery", 3) == "mystery(3)"  # an unlisted model keeps its registry name

@@ -302,6 +302,20 @@ def _device(device: str | torch.device) -> torch.device:
     return select_device(device) if device == "auto" else torch.device(device)
 
 
+NET_NAMES = {"net": ("Net", None), "netbn": ("NetBN", None), "fastnet": ("FastNet", None),
+             "speednet": ("SpeedNet", None), "speednet_v1": ("SpeedNetV1", "conv-BN-ReLU-pool"),
+             "speednet_s2": ("SpeedNet", "strided first layer")}
+
+
+def net_label(model: "Recipe | str", width: int | None = None) -> str:
+    """A recipe's net (or a model name and width) in words: ``SpeedNet(12)``, ``SpeedNet(12, strided first layer)``."""
+    if isinstance(model, Recipe):
+        model, width = model.model, model.width
+    name, detail = NET_NAMES.get(model, (model, None))
+    inside = ", ".join(str(x) for x in (width, detail) if x is not None)
+    return f"{name}({inside})" if inside else name
+
+
 def settings_label(r) -> str:
     """'bf16 + channels_last, compiled' for a Recipe or a settings dict."""
     get = (lambda k: r[k]) if isinstance(r, dict) else (lambda k: getattr(r, k))
@@ -425,7 +439,7 @@ def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
     result = {"choice": {k: choice[k] for k in SETTINGS}, "why": why, "rows": rows,
               "machine_key": machine_key(device),
               "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "block_s": block_s, "blocks": blocks, "batch_size": base.batch_size, "margin": margin,
+              "block_s": block_s, "blocks": blocks, **_measured_on(base), "margin": margin,
               "device_type": device.type}
     return result
 
@@ -474,16 +488,25 @@ def _choices_path():
     return results_dir() / "choices.json"
 
 
+def _measured_on(recipe: Recipe) -> dict:
+    """What a :func:`choose_settings` measurement depends on besides the machine: the net and the batch it timed."""
+    return {"model": recipe.model, "width": recipe.width, "batch_size": recipe.batch_size}
+
+
 def cached_choice(device: str | torch.device = "cpu") -> dict | None:
-    """This machine's stored :func:`choose_settings` result, or None."""
+    """This machine's stored :func:`choose_settings` result, or None (also when it timed another net or batch than
+    today's :func:`fast_base`: a choice measured on an earlier recipe is not reused)."""
     import json
 
     try:
         doc = json.loads(_choices_path().read_text())
         hit = doc.get(machine_key(device))
-        return hit if isinstance(hit, dict) and isinstance(hit.get("choice"), dict) else None
     except (OSError, ValueError):
         return None
+    if not (isinstance(hit, dict) and isinstance(hit.get("choice"), dict)):
+        return None
+    want = _measured_on(fast_base(_device(device)))
+    return hit if {k: hit.get(k) for k in want} == want else None
 
 
 def _store_choice(result: dict) -> None:
