@@ -242,7 +242,7 @@ def fast_base(device: str | torch.device = "cpu") -> Recipe:
 # order of LADDER_995, each step one change whose gain the notebook measures.
 HYP_995 = {"width": 16, "num_epochs": 5.0, "translate": 2}
 LADDER_995 = (
-    ("wider", "a wider SpeedNet (width 12 -> 16: 1.7x the FLOPs per image)", ("task",), {"width": 16}),
+    ("wider", "a wider SpeedNet (width 12 -> 16: 1.75x the FLOPs per image)", ("task",), {"width": 16}),
     ("longer", "a longer OneCycle horizon (5 epochs)", ("task",), {"num_epochs": 5.0}),
     ("translate", "augmentation: every image shifted by up to 2 pixels (no flips: digits are not symmetric)",
      ("task",), {"translate": 2}),
