@@ -218,7 +218,9 @@ def test_flops_and_peak():
     small, net = build_model("speednet", 12), build_model("net")
     assert speedrun.training_flops_per_image(small) == 3 * flops_per_image(small)
     assert flops_per_image(net) / flops_per_image(small) > 5
-    assert speedrun.measure_peak_flops("cpu", n=128, repeats=1, min_time_s=0.01) > 1e6
+    detail = {}
+    peak = speedrun.measure_peak_flops("cpu", n=128, repeats=1, min_time_s=0.01, detail=detail)
+    assert peak > 1e6 and set(detail) == {"matmul", "conv1x1"} and peak == max(detail.values())  # the better GEMM
 
 
 def test_bench_quick_writes_json(tmp_path, mnist_root):
