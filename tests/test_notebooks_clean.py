@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.tools.nbstrip import carries_outputs
+from mnist_helpers.tools.nbstrip import carries_outputs, ensure_ids, missing_ids
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -18,6 +18,9 @@ def test_there_are_notebooks():
 def test_notebook_is_stripped_and_well_formed(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
     assert not carries_outputs(nb), f"{path.name} carries outputs: run `make strip`"
+    ids = [c.get("id") for c in nb["cells"]]
+    assert not missing_ids(nb) and len(set(ids)) == len(ids), f"{path.name}: a cell lacks a unique id: run `make strip`"
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{1,64}", i) for i in ids), f"{path.name}: ids nbformat refuses: {ids}"
     cells = nb["cells"]
     assert cells[0]["cell_type"] == "markdown"
     header = "".join(cells[0]["source"])
@@ -52,3 +55,15 @@ def test_the_padding_rule_catches_padding_and_spares_prose():
     assert not PADDED.search('d = {"batch_size": 128, "lr": {k: 2 for k in ks}}')
     assert not PADDED.search(SLICE.sub("", 'f"nb04-{uuid.uuid4().hex[:8]}"'))
     assert PADDED.search(SLICE.sub("", "f\"{r['x']:>8}\""))
+
+
+def test_strip_gives_missing_cell_ids_stably():
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "id": "kept", "metadata": {}, "source": ["# t"]},
+        {"cell_type": "code", "metadata": {}, "source": ["x = 1"], "outputs": [], "execution_count": None},
+        {"cell_type": "code", "metadata": {}, "source": ["x = 1"], "outputs": [], "execution_count": None}]}
+    assert missing_ids(nb) == [1, 2]
+    first = [c["id"] for c in ensure_ids(json.loads(json.dumps(nb)))["cells"]]
+    assert first[0] == "kept" and len(set(first)) == 3  # the same source twice still gets two ids
+    assert first == [c["id"] for c in ensure_ids(json.loads(json.dumps(nb)))["cells"]]  # stable across runs
+    assert missing_ids({**nb, "nbformat_minor": 4}) == []  # before 4.5 ids are not part of the format
