@@ -43,6 +43,8 @@ def machine_info() -> dict:
         "cpu_model": cpu_model(),
         "physical_cores": psutil.cpu_count(logical=False),
         "logical_cores": os.cpu_count(),
+        # the cores this process may run on (taskset, a container's cpuset): fewer than logical_cores when pinned
+        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "ram_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "torch_threads": torch.get_num_threads(),
         # the ISA torch's CPU kernels use (AVX2, AVX512, ...) and what oneDNN was limited to, if anything:
@@ -68,7 +70,9 @@ def describe(info: dict | None = None) -> str:
     gpus = info.get("gpus") or []
     gpu = f"{len(gpus)}x {gpus[0]['name']}" if gpus else "no GPU"
     limited = f", kernels limited to {info['cpu_capability']}" if info.get("onednn_max_cpu_isa") else ""
-    return f"{info['cpu_model']} ({info['logical_cores']} cores{limited}), {gpu}, torch {info['torch']}"
+    usable, cores = info.get("usable_cores"), info["logical_cores"]
+    cores = f"{usable} of {cores} cores" if usable and cores and usable < cores else f"{cores} cores"
+    return f"{info['cpu_model']} ({cores}{limited}), {gpu}, torch {info['torch']}"
 
 
 # --------------------------------------------------------------------------- hardware

@@ -20,7 +20,9 @@
 # Every section rewrites its JSON after each row or run and every run is guarded, so a failure or a time limit
 # keeps what finished. All files go to a scratch folder, packed after every section into OUT/device_check.tar.gz,
 # with manifest.json (each section's status: ok, errors, timeout, failed, skipped), time_to_accuracy.json,
-# speedrun_chain.json and machine.json beside it: 5 files in OUT. Unpack into results/reference/ to keep them.
+# speedrun_chain.json and machine.json beside it: 5 files in OUT. To keep them:
+# python -m mnist_helpers.workers.bench.device_check --keep OUT_DIR (files them, and the GPU claims judged from
+# them, under results/reference/<machine label>/), then make claims.
 # Options by environment: DEVICE_CHECK_SECTIONS="machine nccl" (a subset), DEVICE_CHECK_LIMIT_<section>=S,
 # DEVICE_CHECK_BUDGET_S, PYTHON (default: .venv/bin/python if present, else python3).
 set -u -o pipefail
@@ -95,12 +97,12 @@ section() {
         || echo "--- packing after $name failed"
 }
 
-# Limits (s): 25 + 240 + 75 + 40 + 25 + 20 + 15 = 440 s, cut to the budget as it runs out.
+# Limits (s): 25 + 240 + 75 + 40 + 35 + 20 + 15 = 450 s, cut to the budget as it runs out.
 section machine 25
 section time_to_accuracy 240
 section speedrun_chain 75
 section amp 40
-section loader 25
+section loader 35
 section allocator 20
 section nccl 15
 echo "device_check: done in $(( $(date +%s) - START )) s; $(ls "$OUT_DIR" | wc -l) files in $OUT_DIR"

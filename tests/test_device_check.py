@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from mnist_helpers import claims
+from mnist_helpers.errors import UsageError
 from mnist_helpers.workers.bench import device_check as dc
 
 REPO = Path(__file__).resolve().parents[1]
@@ -176,3 +177,98 @@ def test_a_failing_run_does_not_end_the_benchmark(tmp_path, monkeypatch, capsys)
                                                                 ("article", 1), ("fast995", 1)]
     assert "failed" in capsys.readouterr().err
     assert {c["id"]: c["verdict"] for c in doc["claims"]}["10.speedrun_995"] in ("holds", claims.BUSY)
+
+
+# --------------------------------------------------------------------------- the GPU claims (judged by code)
+
+GPU_MACHINE = {"cpu_model": "Intel(R) Xeon(R) Processor", "logical_cores": 16, "torch": "2.x", "isa_flags": ["amx_tile"],
+               "gpus": [{"name": "NVIDIA H200", "memory_gib": 139.8}]}
+
+
+def _amp_row(batch, mode, img_s, peak, transient, spread=0.02):
+    return {"batch_size": batch, "mode": mode, "images_per_s": img_s, "peak_mib": peak, "transient_mib": transient,
+            "block_images_per_s": [img_s * (1 - spread), img_s, img_s * (1 + spread)]}
+
+
+def _fake_run(res: Path, amp_rows, loader_rates, dry=False):
+    """Section JSONs as scripts/device_check.sh writes them, with the numbers given."""
+    res.mkdir(parents=True, exist_ok=True)
+    head = {"complete": True, "dry_run_on_cpu": dry, "device": "cpu" if dry else "cuda:0", "torch": "2.x",
+            "date_utc": "2026-12-04T12:00:00Z", "machine": GPU_MACHINE, "errors": []}
+    (res / "amp.json").write_text(json.dumps({**head, "section": "amp", "rows": amp_rows}))
+    rows = [{"num_workers": w, "pin_memory": p, "steady_img_s": v, "images_per_pass": 7680}
+            for (w, p), v in loader_rates.items()]
+    (res / "loader.json").write_text(json.dumps({**head, "section": "loader", "rows": rows}))
+    return res
+
+
+@pytest.mark.parametrize("bf16, loader, want", [
+    # (bf16 speed and peak factor at batch 128 and 2048), (8-worker rate factor pin off/on), verdicts
+    (((2.0, 0.5), (2.0, 0.5)), (1.3, 1.2), ("holds", "holds")),
+    (((0.8, 0.7), (1.6, 0.47)), (1.3, 0.8), ("holds with nuance", "inconclusive")),
+    (((0.5, 1.0), (0.9, 0.95)), (0.7, 0.8), ("does not hold here", "does not hold here")),
+])
+def test_gpu_claims_are_judged_by_code_from_the_sections(tmp_path, bf16, loader, want):
+    amp = []
+    for (speed, peak), batch in zip(bf16, (128, 2048)):
+        amp += [_amp_row(batch, "fp32", 1000.0 * batch, 0.5 * batch, 0.3 * batch),
+                _amp_row(batch, "bf16", 1000.0 * batch * speed, 0.5 * batch * peak, 0.3 * batch * peak)]
+    rates = {(4, False): 20000.0, (8, False): 20000.0 * loader[0], (4, True): 25000.0, (8, True): 25000.0 * loader[1]}
+    rf = dc.judge(_fake_run(tmp_path / "res", amp, rates))
+    got = {cid: c["verdict"] for cid, c in rf.claims.items()}
+    assert (got["05.amp_memory_speed"], got["07.workers_4_to_8"]) == want
+    assert got["01.gpu_memory_enough"] == "holds"  # at most 1,024 MiB of 139.8 GiB
+    for entry in rf.claims.values():
+        assert entry["verdict"] in claims.VERDICTS and not claims.unsourced_numbers(entry), entry
+    doc = rf.to_dict()  # the GPU machine's file, whatever machine judged it
+    assert doc["machine_label"] == "xeon-16core-amx-h200" and doc["date"] == "2026-12-04T12:00:00Z"
+
+
+def test_a_dry_run_settles_no_gpu_claim(tmp_path):
+    amp = [_amp_row(128, "fp32", 1000.0, 100.0, 60.0), _amp_row(128, "bf16", 3000.0, 40.0, 20.0)]
+    assert dc.judge(_fake_run(tmp_path / "res", amp, {(4, False): 1.0, (8, False): 2.0}, dry=True)) is None
+    assert dc.judge(tmp_path / "empty") is None
+
+
+def test_keep_files_a_gpu_run_as_a_reference_and_refuses_a_dry_run(tmp_path):
+    amp = [_amp_row(2048, "fp32", 2.0e5, 1700.0, 1450.0), _amp_row(2048, "bf16", 4.0e5, 800.0, 550.0)]
+    res = _fake_run(tmp_path / "res", amp, {(4, True): 2.0e4, (8, True): 2.6e4})
+    (res / "manifest.tsv").write_text("amp\t0\t30\t40\nloader\t0\t20\t25\n")
+    dc.finalize(res, tmp_path / "out", 60.0)
+    folder = dc.keep(tmp_path / "out", reference=tmp_path / "reference")
+    assert folder == tmp_path / "reference" / "xeon-16core-amx-h200"
+    assert {p.name for p in folder.iterdir()} == {"device_check_amp.json", "device_check_loader.json",
+                                                  "device_check_manifest.json", "device_check.json"}
+    kept = json.loads((folder / "device_check.json").read_text())
+    assert kept["schema"] == claims.SCHEMA and {c["id"] for c in kept["claims"]} == {
+        "05.amp_memory_speed", "01.gpu_memory_enough", "07.workers_4_to_8"}
+    assert dc.judge(folder).to_dict()["claims"] == kept["claims"]  # a kept folder judges as its run did
+    dry = _fake_run(tmp_path / "dry", amp, {}, dry=True)
+    (dry / "manifest.tsv").write_text("amp\t0\t3\t40\n")
+    dc.finalize(dry, tmp_path / "dry_out", 5.0)
+    with pytest.raises(UsageError, match="dry-run"):
+        dc.keep(tmp_path / "dry_out", reference=tmp_path / "reference")
+
+
+@pytest.mark.parametrize("label", sorted(p.parent.name for p in (REPO / "results" / "reference").glob(
+    f"*/{dc.CLAIMS_NAME}.json")))
+def test_committed_gpu_claims_are_what_their_sections_give(label):
+    """A kept run's claims file is the judgement of its kept sections (rerun it: python -m
+    mnist_helpers.workers.bench.device_check --keep OUT)."""
+    folder = REPO / "results" / "reference" / label
+    kept = json.loads((folder / f"{dc.CLAIMS_NAME}.json").read_text())
+    assert dc.judge(folder).to_dict()["claims"] == kept["claims"]
+
+
+@pytest.mark.parametrize("spread, want", [(0.02, "holds"), (0.25, "inconclusive")])
+def test_repeated_loader_passes_must_clear_their_spread(tmp_path, spread, want):
+    """With several steady passes per setting, 8 workers count as faster only outside the passes' spread."""
+    res = _fake_run(tmp_path / "res", [], {(4, False): 2.0e4, (8, False): 2.4e4, (4, True): 2.0e4, (8, True): 2.4e4})
+    doc = json.loads((res / "loader.json").read_text())
+    for row in doc["rows"]:
+        v = row["steady_img_s"]
+        row["steady_passes_img_s"] = [v * (1 - spread), v, v * (1 + spread)]
+    (res / "loader.json").write_text(json.dumps(doc))
+    entry = dc.judge(res).claims["07.workers_4_to_8"]
+    assert entry["verdict"] == want and "3 steady passes" in entry["regime"]
+    assert not claims.unsourced_numbers(entry)

@@ -20,6 +20,21 @@ def test_machine_info_and_describe_keep_their_shape():
                        "gpus": [{"name": "RTX 3070", "memory_gib": 8}]}) == "X (8 cores), 1x RTX 3070, torch 2.x"
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this OS")
+def test_a_pinned_process_says_how_many_cores_it_may_use():
+    """taskset / a cpuset: os.cpu_count() still counts the machine; the record and the line say the cores usable."""
+    import subprocess
+    code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+            "from mnist_helpers import resources as r; i = r.machine_info(); print(i['usable_cores'], r.describe(i))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    usable, line = out.split(" ", 1)
+    assert usable == "1"
+    info = r.machine_info()
+    assert (f"1 of {info['logical_cores']} cores" in line) == (info["logical_cores"] > 1)
+    assert r.describe({"cpu_model": "X", "logical_cores": 16, "usable_cores": 2, "torch": "2.x",
+                       "gpus": []}) == "X (2 of 16 cores), no GPU, torch 2.x"
+
+
 def test_hardware_levels_are_json_ready(mnist_root):
     info = l01.hardware_info(mnist_root, measure_io=False)
     json.dumps(info)

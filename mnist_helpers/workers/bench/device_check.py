@@ -15,6 +15,9 @@ Sections, most valuable first: ``machine`` (versions, nvidia-smi, matmul peaks),
 (notebook 10's ladder, one seed), ``amp`` (IEEE fp32, TF32, bf16, fp16 + GradScaler, channels_last), ``loader``
 (DataLoader to the GPU, pin_memory), ``allocator`` (the caching allocator, expandable segments, empty_cache),
 ``nccl`` (all_reduce at world size 1). ``DEVICE_CHECK_FAIL=section:label,...`` makes those runs raise (tests).
+
+``judge`` settles the article's GPU claims from the sections (``RES/device_check.json``, claims schema, written by
+``--finalize``); ``--keep OUT`` files a GPU run under ``results/reference/<machine label>/`` for ``make claims``.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import datetime
 import importlib.util
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -30,6 +34,7 @@ import time
 import traceback
 from pathlib import Path
 
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import atomic_write, write_json
 
 SECTIONS = ("machine", "time_to_accuracy", "speedrun_chain", "amp", "loader", "allocator", "nccl")
@@ -38,6 +43,9 @@ ARCHIVE = "device_check.tar.gz"
 # Epochs for recipes without a schedule (the article's Net + Adam at a fixed lr): the committed CPU reference
 # reached 99.0% after 2.3-4.6 epochs (results/reference/xeon-2core-amx/time_to_accuracy_v1_20261202.json); they stop at 99.0%.
 NO_SCHEDULE_EPOCHS = 6.0
+# Steady passes per DataLoader setting (after the pass that starts the workers): their median is the rate, their
+# spread what a difference between settings must clear (runs kept before 2026-12-04 afternoon have one pass).
+LOADER_STEADY_PASSES = 3
 
 
 class Section:
@@ -240,13 +248,13 @@ def loader(s: Section) -> None:
     batches = 8 if s.dry else 60  # per measurement: enough for a rate, little enough for the time limit
     train = Subset(train, range(2048)) if s.dry else train
     rows = []
-    for workers in (0, 2) if s.dry else (0, 2, 4, 8):
+    for workers in (0, 2) if s.dry else (4, 8, 0, 2):  # the pair claim 07.workers_4_to_8 needs first
         for pin in (False, True):
             def measure():
                 dl = DataLoader(train, batch_size=128, shuffle=True, num_workers=workers,
                                 pin_memory=pin and not s.dry, persistent_workers=workers > 0)
                 rates = []
-                for _ in range(2):  # the first pass starts the workers; the second is the steady state
+                for _ in range(1 + LOADER_STEADY_PASSES):  # the first pass starts the workers; then the steady state
                     t0, n = time.perf_counter(), 0
                     for i, (X, _y) in enumerate(dl):
                         n += len(X.to(s.device, non_blocking=pin))
@@ -256,7 +264,8 @@ def loader(s: Section) -> None:
                     rates.append(n / (time.perf_counter() - t0))
                 del dl
                 return {"num_workers": workers, "pin_memory": pin, "first_pass_img_s": rates[0],
-                        "steady_img_s": rates[1], "images_per_pass": n}
+                        "steady_img_s": statistics.median(rates[1:]), "steady_passes_img_s": rates[1:],
+                        "images_per_pass": n}
             row = s.run(f"workers {workers} pin {pin}", measure)
             if row:
                 rows.append(row)
@@ -370,6 +379,162 @@ def nccl(s: Section) -> None:
         dist.destroy_process_group()
 
 
+# --------------------------------------------------------------------------- claims (no torch import)
+
+CLAIMS_NAME = "device_check"  # the claims-schema file: RES/device_check.json, kept as <label>/device_check.json
+KEEP_PREFIX = "device_check_"  # kept section files: results/reference/<label>/device_check_<section>.json
+
+
+def _load_section(res: Path, name: str) -> dict | None:
+    """A section's JSON from a run folder (``<name>.json``) or a kept reference folder (``device_check_<name>``)."""
+    for path in (res / f"{name}.json", res / f"{KEEP_PREFIX}{name}.json"):
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def judge(res: Path):
+    """The article's GPU claims this run settles, judged by code from its section JSONs: ``05.amp_memory_speed``
+    (bf16 autocast vs IEEE fp32 per batch size), ``01.gpu_memory_enough`` (the largest peak of those runs against
+    the GPU's memory) and ``07.workers_4_to_8`` (the DataLoader feeding the GPU). A claims.ResultFile dated and
+    labelled with the GPU machine, or None: a CPU dry run, or no section that settles one, settles nothing."""
+    from mnist_helpers import claims
+
+    amp, load = _load_section(res, "amp"), _load_section(res, "loader")
+    docs = [d for d in (amp, load) if d]
+    if not docs or any(d.get("dry_run_on_cpu") for d in docs):
+        return None
+    first = docs[0]
+    gpu = (first["machine"].get("gpus") or [{}])[0]
+    where = f"{gpu.get('name', 'GPU')}, torch {first['torch']}"
+    rf = claims.ResultFile(CLAIMS_NAME, profile="full", machine=first["machine"], date=first["date_utc"])
+    rows = [r for r in (amp or {}).get("rows", []) if r.get("block_images_per_s")]
+    by = {(r["batch_size"], r["mode"]): r for r in rows}
+    batches = sorted({b for b, m in by if m == "fp32" and (b, "bf16") in by})
+    if batches:
+        per = {}
+        for b in batches:
+            fp32, bf16 = by[b, "fp32"], by[b, "bf16"]
+            apart = claims.separated(bf16["block_images_per_s"], fp32["block_images_per_s"])
+            per[b] = {"peak_ratio": bf16["peak_mib"] / fp32["peak_mib"],
+                      "transient_ratio": bf16["transient_mib"] / fp32["transient_mib"],
+                      "speedup": bf16["images_per_s"] / fp32["images_per_s"],
+                      "faster": apart and bf16["images_per_s"] > 1.1 * fp32["images_per_s"],
+                      "slower": apart and bf16["images_per_s"] < fp32["images_per_s"],
+                      "fp32_img_s": fp32["images_per_s"], "bf16_img_s": bf16["images_per_s"],
+                      "fp32_peak_mib": fp32["peak_mib"], "bf16_peak_mib": bf16["peak_mib"]}
+            for other in ("fp16+scaler", "bf16 channels_last"):
+                if (b, other) in by:
+                    per[b][f"{other} speedup"] = by[b, other]["images_per_s"] / fp32["images_per_s"]
+        both = [b for b in batches if per[b]["peak_ratio"] <= 0.6 and per[b]["faster"]]
+        some = [b for b in batches if per[b]["peak_ratio"] <= 0.6 or per[b]["transient_ratio"] <= 0.6
+                or per[b]["faster"]]
+        verdict = ("holds" if len(both) == len(batches) else "holds with nuance" if some else "does not hold here")
+        parts = [f"batch {b}: peak x{per[b]['peak_ratio']:.2f} (activations x{per[b]['transient_ratio']:.2f}), "
+                 f"speed x{per[b]['speedup']:.2f}"
+                 + ("" if per[b]["faster"] else " (slower)" if per[b]["slower"] else " (within the spread)")
+                 for b in batches]
+        top = batches[-1]
+        extra = ", ".join(f"{k.removesuffix(' speedup')} x{v:.2f}" for k, v in per[top].items()
+                          if k.endswith(" speedup"))
+        blocks = len(by[top, "fp32"]["block_images_per_s"])
+        rf.claim("05.amp_memory_speed", verdict=verdict,
+                 evidence=(f"bf16 autocast vs IEEE fp32 (TF32 off) on the GPU, " + "; ".join(parts)
+                           + (f"; at batch {top} also {extra}" if extra else "")),
+                 numbers={"batches": batches, "per_batch": {str(b): per[b] for b in batches},
+                          "halves_and_faster_at": both},
+                 regime=(f"the article's Net, Adam, batches {', '.join(map(str, batches))}, {blocks} interleaved timed "
+                         f"blocks per mode, peak by torch.cuda.max_memory_allocated; {where}; "
+                         "scripts/device_check.sh section amp"))
+        biggest = max(rows, key=lambda r: r["peak_mib"])
+        total_mib = gpu.get("memory_gib", 0) * 1024
+        if total_mib:
+            share = biggest["peak_mib"] / total_mib
+            rf.claim("01.gpu_memory_enough",
+                     verdict="holds" if share < 0.1 else "holds with nuance" if share < 0.5 else "does not hold here",
+                     evidence=(f"the largest peak of the precision runs ({biggest['mode']}, batch "
+                               f"{biggest['batch_size']}): {biggest['peak_mib']:,.0f} MiB, {share:.1%} of the "
+                               f"{gpu.get('memory_gib')} GiB of the {gpu.get('name', 'GPU')}"),
+                     numbers={"peak_mib": biggest["peak_mib"], "share": share, "gpu_memory_gib": gpu.get("memory_gib"),
+                              "batch": biggest["batch_size"]},
+                     regime=(f"the article's Net, Adam, batches up to {batches[-1]}, every precision mode of "
+                             f"section amp; {where}"))
+    steady = {(r["num_workers"], r["pin_memory"]): r["steady_img_s"] for r in (load or {}).get("rows", [])}
+    passes = {(r["num_workers"], r["pin_memory"]): r.get("steady_passes_img_s") or []
+              for r in (load or {}).get("rows", [])}
+    pins = [p for p in (False, True) if (4, p) in steady and (8, p) in steady]
+    if pins:
+        ratio = {f"pin_memory={p}": steady[8, p] / steady[4, p] for p in pins}
+        repeated = all(len(passes[w, p]) >= 2 for w in (4, 8) for p in pins)
+        if repeated:  # a difference counts only outside the spread of the passes, in every pin setting
+            up = all(claims.separated(passes[8, p], passes[4, p]) and steady[8, p] >= 1.1 * steady[4, p]
+                     for p in pins)
+            down = all(claims.separated(passes[8, p], passes[4, p]) and steady[8, p] <= 0.9 * steady[4, p]
+                       for p in pins)
+            verdict = "holds" if up else "does not hold here" if down else "inconclusive"
+            how = (f"{min(len(passes[w, p]) for w in (4, 8) for p in pins)} steady passes of "
+                   f"{load['rows'][0]['images_per_pass']:,} images per setting after a warm-up pass, their median; "
+                   "a difference counts outside the passes' spread")
+        else:
+            verdict = ("holds" if min(ratio.values()) >= 1.1 else "does not hold here" if max(ratio.values()) <= 0.9
+                       else "inconclusive")
+            how = (f"one steady pass of {load['rows'][0]['images_per_pass']:,} images per setting after a warm-up "
+                   "pass (no repeats: agreement of the pin_memory settings is the only replication)")
+        rf.claim("07.workers_4_to_8", verdict=verdict,
+                 evidence="; ".join(f"{k}: {steady[4, p]:,.0f} -> {steady[8, p]:,.0f} img/s (x{ratio[k]:.2f})"
+                                    for k, p in zip(ratio, pins)) + " delivered to the GPU, num_workers 4 -> 8",
+                 numbers={"ratio": ratio, "img_s": {f"{w} workers, pin_memory={p}": v for (w, p), v in steady.items()},
+                          **({"passes_img_s": {f"{w} workers, pin_memory={p}": v for (w, p), v in passes.items()}}
+                             if repeated else {})},
+                 regime=(f"the article's DataLoader (torchvision MNIST, ToTensor + Normalize, batch 128, shuffled) "
+                         f"feeding one GPU, no training; {how}; {first['machine'].get('logical_cores')} CPU cores; "
+                         f"{where}"))
+    return rf if rf.claims else None
+
+
+def keep(src: Path, reference: Path | None = None) -> Path:
+    """File a finished run (its OUT folder or ``device_check.tar.gz``) as a reference: the sections as
+    ``results/reference/<label>/device_check_<section>.json``, the time-to-accuracy benchmark as
+    ``bench_time_to_accuracy.json`` and the claims judged from them as ``device_check.json``: what ``make claims``
+    reads. A CPU dry run is refused."""
+    import shutil
+    import tempfile
+
+    from mnist_helpers.claims import machine_label
+    from mnist_helpers.errors import UsageError
+    from mnist_helpers.paths import repo_root
+
+    archive = src / ARCHIVE if src.is_dir() else src
+    if not archive.is_file():
+        raise UsageError(f"{archive}: no {ARCHIVE} there", "give the folder scripts/device_check.sh wrote (its OUT) "
+                                                           f"or the {ARCHIVE} itself")
+    with tempfile.TemporaryDirectory() as tmp:
+        with tarfile.open(archive) as tar:
+            tar.extractall(tmp, filter="data")
+        res = Path(tmp) / "device_check"
+        docs = {n: d for n in SECTIONS if (d := _load_section(res, n))}
+        if not docs:
+            raise UsageError(f"{archive} holds no section JSON", "rerun scripts/device_check.sh")
+        if any(d.get("dry_run_on_cpu") for d in docs.values()):
+            raise UsageError(f"{archive} is a --cpu-dry-run: it tests code paths, not a GPU",
+                             "keep only a run on a GPU machine")
+        machine = next(iter(docs.values()))["machine"]
+        folder = (reference or (repo_root() or Path.cwd()) / "results" / "reference") / machine_label(machine)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in [*SECTIONS, "manifest"]:
+            if name != "time_to_accuracy" and (res / f"{name}.json").exists():
+                shutil.copyfile(res / f"{name}.json", folder / f"{KEEP_PREFIX}{name}.json")
+        bench = res / "time_to_accuracy.bench.json"
+        if bench.exists():
+            shutil.copyfile(bench, folder / "bench_time_to_accuracy.json")
+        rf = judge(res)
+        if rf is not None:
+            write_json(folder / f"{CLAIMS_NAME}.json", rf.to_dict())
+    return folder
+
+
 # --------------------------------------------------------------------------- packing (no torch import)
 
 def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
@@ -411,6 +576,12 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
                 "dry_run_on_cpu": first.get("dry_run_on_cpu"), "archive": ARCHIVE,
                 "ok": sum(s["status"] == "ok" for s in sections), "sections": sections}
     write_json(res / "manifest.json", manifest)
+    try:
+        rf = judge(res)
+        if rf is not None:
+            write_json(res / f"{CLAIMS_NAME}.json", rf.to_dict())
+    except Exception as e:  # a claim's judgement must not cost the packing of the measurements
+        print(f"--- judging the claims failed: {type(e).__name__}: {e}", flush=True)
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".{ARCHIVE}.tmp"
     with tarfile.open(tmp, "w:gz") as tar:
@@ -422,6 +593,7 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
     return manifest
 
 
+@cli_entry
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--section", choices=SECTIONS, help="run this section")
@@ -430,7 +602,23 @@ def main(argv=None) -> int:
                     help="on the CPU with tiny sizes (tests the code paths, not the GPU)")
     ap.add_argument("--finalize", metavar="OUT", help="write manifest.json, pack RES into OUT")
     ap.add_argument("--total-seconds", type=float, default=None, help="recorded in the manifest")
+    ap.add_argument("--keep", metavar="OUT_OR_ARCHIVE",
+                    help="file a finished GPU run under results/reference/<machine label>/ (sections, benchmark, "
+                         "claims), then run scripts/make_claims.py")
+    ap.add_argument("--judge", metavar="FOLDER", help="print the claims judged from the section JSONs in FOLDER "
+                                                      "(a run's RES or a kept results/reference/<label>/)")
     args = ap.parse_args(argv)
+    if args.keep:
+        folder = keep(Path(args.keep))
+        print(f"device_check: kept in {folder}; now: python scripts/make_claims.py", flush=True)
+        return 0
+    if args.judge:
+        rf = judge(Path(args.judge))
+        for c in (rf.claims.values() if rf else []):
+            print(f"{c['id']}: {c['verdict']} -- {c['evidence']}")
+        if rf is None:
+            print("no GPU claims settled by the sections there")
+        return 0
     if not args.res:
         ap.error("give --res FOLDER (or set DEVICE_CHECK_RES)")
     res = Path(args.res)
