@@ -5,6 +5,7 @@ import warnings
 import pytest
 import torch
 
+from mnist_helpers.lessons import l05_precision_memory as l05
 from mnist_helpers.lessons.l05_precision_memory import (accumulated_gradients, accumulation_memory, compare_precisions,
                                                         deprecated_amp_warnings, gradient_underflow, scaler_skip_demo,
                                                         supported_amp)
@@ -142,3 +143,53 @@ def test_precision_rows_keep_every_timed_block(small_mnist):
     rows = compare_precisions(["fp32"], X=X[:64], y=y[:64], batch_size=16, warmup=0, repeats=3, chunk=1, memory=False)
     assert len(rows[0]["block_images_per_s"]) == 3
     assert rows[0]["images_per_s"] == sorted(rows[0]["block_images_per_s"])[1]
+
+
+def _row(peak, transient, img_s, blocks):
+    return {"peak_mib": peak, "transient_mib": transient, "images_per_s": img_s, "block_images_per_s": blocks}
+
+
+@pytest.mark.parametrize("bf16, want", [
+    (_row(50, 20, 2000, [1900, 2000, 2100]), "holds"),                  # peak x0.50, x2 apart
+    (_row(50, 20, 1050, [1000, 1050, 1100]), "holds with nuance"),      # halves, speed within the spread
+    (_row(90, 25, 1050, [1000, 1050, 1100]), "holds with nuance"),      # only the activations halve
+    (_row(90, 45, 1500, [1450, 1500, 1550]), "holds with nuance"),      # faster only
+    (_row(90, 45, 1095, [1090, 1095, 1099]), "does not hold here"),     # apart but under 1.1x, nothing halves
+    (_row(90, 45, 600, [590, 600, 610]), "does not hold here"),         # slower
+])
+def test_amp_claim_is_judged_by_one_rule(bf16, want):
+    """Notebook 05 and device_check judge 05.amp_memory_speed through amp_gain/amp_verdict."""
+    fp32 = _row(100, 50, 1000, [980, 1000, 1020])
+    gain = l05.amp_gain(fp32, bf16)
+    assert gain["peak_ratio"] == bf16["peak_mib"] / 100 and gain["speedup"] == bf16["images_per_s"] / 1000
+    assert gain["slower"] == (want == "does not hold here" and bf16["images_per_s"] < 1000)
+    assert l05.amp_verdict([gain]) == want
+    good = l05.amp_gain(fp32, _row(50, 20, 2000, [1900, 2000, 2100]))
+    assert l05.amp_verdict([good, gain]) == ("holds" if want == "holds" else "holds with nuance")  # every batch
+    with pytest.raises(ValueError, match="at least one"):
+        l05.amp_verdict([])
+
+
+def test_a_kept_gpu_allocator_run_is_found_for_a_machine_without_cuda(tmp_path):
+    """Notebook 05 shows the CUDA allocator experiment from a kept run (device_check's section or bench_amp's file)."""
+    import json
+    assert l05.kept_allocator_run(tmp_path) is None
+    machine = {"cpu_model": "X", "logical_cores": 16, "torch": "2.x", "gpus": [{"name": "H200", "memory_gib": 140}]}
+    frag = {"peak_allocated_mib": 243.0, "peak_reserved_mib": 1062.0, "segments": 15}
+    cost = {"ms_per_step": 2.5, "ms_per_step_empty_cache": 4.7, "slowdown": 1.88}
+    (tmp_path / "gpu").mkdir()
+    section = {"section": "allocator", "dry_run_on_cpu": True, "machine": machine, "fragmentation": frag,
+               "fragmentation_expandable": {"result": {**frag, "segments": 0}}, "empty_cache_cost": cost}
+    path = tmp_path / "gpu" / "device_check_allocator.json"
+    path.write_text(json.dumps(section))
+    assert l05.kept_allocator_run(tmp_path) is None  # a CPU dry run measured no allocator
+    path.write_text(json.dumps({**section, "dry_run_on_cpu": False, "empty_cache_cost": None}))
+    assert l05.kept_allocator_run(tmp_path) is None  # a part that failed: not shown as a run
+    path.write_text(json.dumps({**section, "dry_run_on_cpu": False}))
+    kept = l05.kept_allocator_run(tmp_path)
+    assert kept["default"] == frag and kept["expandable_segments"]["segments"] == 0 and kept["empty_cache"] == cost
+    assert kept["machine"] == machine and kept["path"] == path
+    path.unlink()
+    (tmp_path / "bench_amp-h200.json").write_text(json.dumps(
+        {"machine": machine, "allocator": {"default": frag, "expandable_segments": frag, "empty_cache": cost}}))
+    assert l05.kept_allocator_run(tmp_path)["empty_cache"] == cost

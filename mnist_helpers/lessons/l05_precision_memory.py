@@ -20,6 +20,8 @@ Precision, measured:
 - ``gradient_underflow`` and ``scaler_skip_demo``: why fp16 needs a GradScaler, and what it does
   when the scale is too large (inf gradients -> the step is skipped, the scale halves).
 
+The claim, judged: ``amp_gain`` (bf16 vs fp32 at one batch: ratios, halves, faster) and ``amp_verdict``.
+
 Gradient accumulation:
 - ``accumulated_gradients`` and ``accumulation_memory``: what k micro-batches do to the gradient (the big batch's)
   and to peak memory (the notebook writes the accumulation step and DDP's ``no_sync`` out in its cells; the
@@ -28,7 +30,8 @@ Gradient accumulation:
 Memory experiments (run through ``memory.run_isolated`` for a fresh process):
 - ``leak_demo``: summing the loss tensor instead of ``loss.item()`` keeps every batch's graph;
 - ``allocator_fragmentation`` (CUDA only): the caching allocator with and without ``expandable_segments``;
-- ``empty_cache_cost`` (CUDA only): what ``torch.cuda.empty_cache()`` after every step costs.
+- ``empty_cache_cost`` (CUDA only): what ``torch.cuda.empty_cache()`` after every step costs;
+- ``kept_allocator_run``: both, from a kept GPU run, for a machine without one.
 """
 from __future__ import annotations
 
@@ -43,6 +46,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
+from mnist_helpers import claims
 from mnist_helpers.data import TensorBatches
 from mnist_helpers.io import MiB
 from mnist_helpers.memory import current_bytes, graph_nodes, peak_memory
@@ -217,6 +221,40 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     return rows
 
 
+# --------------------------------------------------------------------------- the article's claim, judged
+
+# "AMP roughly halves memory and speeds training", as code: bf16's peak at most AMP_HALVES of fp32's, and more
+# than AMP_FASTER x fp32's images/s with the timed blocks apart (claims.separated). Notebook 05 (this machine) and
+# workers/bench/device_check (a GPU run, per batch size) judge 05.amp_memory_speed by these two functions.
+AMP_HALVES = 0.6
+AMP_FASTER = 1.1
+
+
+def amp_gain(fp32: dict, bf16: dict) -> dict:
+    """bf16 against fp32 from two rows of ``compare_precisions`` at one batch size (keys ``peak_mib``,
+    ``transient_mib``, ``images_per_s``, ``block_images_per_s``): the ratios and what each says of the claim."""
+    peak, transient = bf16["peak_mib"] / fp32["peak_mib"], bf16["transient_mib"] / fp32["transient_mib"]
+    speedup = bf16["images_per_s"] / fp32["images_per_s"]
+    apart = claims.separated(bf16["block_images_per_s"], fp32["block_images_per_s"])
+    return {"peak_ratio": peak, "transient_ratio": transient, "speedup": speedup,
+            "halves": peak <= AMP_HALVES, "halves_activations": transient <= AMP_HALVES,
+            "faster": apart and speedup > AMP_FASTER, "slower": apart and speedup < 1}
+
+
+def amp_verdict(gains) -> str:
+    """The claim's verdict over one or more ``amp_gain`` results (one per batch size): it holds where bf16 halves
+    the peak and is faster at every batch, holds with nuance where it does either (or halves the activations) at
+    one, and does not hold here otherwise."""
+    gains = list(gains)
+    if not gains:
+        raise ValueError("amp_verdict needs at least one amp_gain() result (fp32 and bf16 rows at one batch size)")
+    if all(g["halves"] and g["faster"] for g in gains):
+        return "holds"
+    if any(g["halves"] or g["halves_activations"] or g["faster"] for g in gains):
+        return "holds with nuance"
+    return "does not hold here"
+
+
 # --------------------------------------------------------------------------- fp16 and the GradScaler
 
 def _grads(model) -> torch.Tensor:
@@ -377,6 +415,34 @@ def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
             "reserved_now_mib": torch.cuda.memory_reserved(dev) / MiB,
             "allocated_now_mib": torch.cuda.memory_allocated(dev) / MiB,
             "segments": stats.get("segment.all.current"), "gpu": torch.cuda.get_device_name(dev)}
+
+
+def kept_allocator_run(reference_dir) -> dict | None:
+    """The allocator experiment of a GPU run kept under ``reference_dir`` (results/reference/), for a machine without
+    CUDA: ``scripts/device_check.sh``'s section (``<label>/device_check_allocator.json``, filed by ``device_check
+    --keep``) or ``scripts/bench_amp.py --allocator``'s file (its ``allocator`` entry). A dict with ``default``,
+    ``expandable_segments`` (``allocator_fragmentation`` under each PYTORCH_CUDA_ALLOC_CONF) and ``empty_cache``
+    (``empty_cache_cost``), plus ``machine`` and ``path``; None when no kept run measured all three."""
+    import json
+    from pathlib import Path
+
+    root = Path(reference_dir)
+    for path in sorted(root.glob("*/device_check_allocator.json")) + sorted(root.glob("**/*amp*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(doc, dict) or doc.get("dry_run_on_cpu") or not doc.get("machine"):
+            continue
+        if path.name == "device_check_allocator.json":
+            run = {"default": doc.get("fragmentation"),
+                   "expandable_segments": (doc.get("fragmentation_expandable") or {}).get("result"),
+                   "empty_cache": doc.get("empty_cache_cost")}
+        else:
+            run = dict(doc.get("allocator") or {})
+        if all(run.get(k) for k in ("default", "expandable_segments", "empty_cache")):
+            return {**run, "machine": doc["machine"], "path": path}
+    return None
 
 
 def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "net") -> dict:

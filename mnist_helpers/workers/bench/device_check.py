@@ -401,6 +401,7 @@ def judge(res: Path):
     the GPU's memory) and ``07.workers_4_to_8`` (the DataLoader feeding the GPU). A claims.ResultFile dated and
     labelled with the GPU machine, or None: a CPU dry run, or no section that settles one, settles nothing."""
     from mnist_helpers import claims
+    from mnist_helpers.lessons.l05_precision_memory import amp_gain, amp_verdict
 
     amp, load = _load_section(res, "amp"), _load_section(res, "loader")
     docs = [d for d in (amp, load) if d]
@@ -415,23 +416,17 @@ def judge(res: Path):
     batches = sorted({b for b, m in by if m == "fp32" and (b, "bf16") in by})
     if batches:
         per = {}
+        gains = {b: amp_gain(by[b, "fp32"], by[b, "bf16"]) for b in batches}
         for b in batches:
             fp32, bf16 = by[b, "fp32"], by[b, "bf16"]
-            apart = claims.separated(bf16["block_images_per_s"], fp32["block_images_per_s"])
-            per[b] = {"peak_ratio": bf16["peak_mib"] / fp32["peak_mib"],
-                      "transient_ratio": bf16["transient_mib"] / fp32["transient_mib"],
-                      "speedup": bf16["images_per_s"] / fp32["images_per_s"],
-                      "faster": apart and bf16["images_per_s"] > 1.1 * fp32["images_per_s"],
-                      "slower": apart and bf16["images_per_s"] < fp32["images_per_s"],
+            per[b] = {**{k: gains[b][k] for k in ("peak_ratio", "transient_ratio", "speedup", "faster", "slower")},
                       "fp32_img_s": fp32["images_per_s"], "bf16_img_s": bf16["images_per_s"],
                       "fp32_peak_mib": fp32["peak_mib"], "bf16_peak_mib": bf16["peak_mib"]}
             for other in ("fp16+scaler", "bf16 channels_last"):
                 if (b, other) in by:
                     per[b][f"{other} speedup"] = by[b, other]["images_per_s"] / fp32["images_per_s"]
-        both = [b for b in batches if per[b]["peak_ratio"] <= 0.6 and per[b]["faster"]]
-        some = [b for b in batches if per[b]["peak_ratio"] <= 0.6 or per[b]["transient_ratio"] <= 0.6
-                or per[b]["faster"]]
-        verdict = ("holds" if len(both) == len(batches) else "holds with nuance" if some else "does not hold here")
+        both = [b for b in batches if gains[b]["halves"] and gains[b]["faster"]]
+        verdict = amp_verdict(gains.values())
         parts = [f"batch {b}: peak x{per[b]['peak_ratio']:.2f} (activations x{per[b]['transient_ratio']:.2f}), "
                  f"speed x{per[b]['speedup']:.2f}"
                  + ("" if per[b]["faster"] else " (slower)" if per[b]["slower"] else " (within the spread)")
