@@ -123,6 +123,28 @@ def test_several_machines_side_by_side():
     assert "a-amx: holds; b-avx2: wrong" in row and "*a-amx*" in row and "*b-avx2*" in row
 
 
+def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
+    """The table says when a kept speedrun verdict timed a recipe the code no longer trains, and what changed."""
+    from mnist_helpers.lessons import l10_speedrun as speedrun
+
+    def ref(label, **change):
+        fast = speedrun.get_recipe("fast", "cpu", choice={"amp": "none", "channels_last": True, "compile": False})
+        return {"_label": label, "_path": f"results/reference/{label}/bench_time_to_accuracy.json",
+                "date": "2026-12-04", "profile": "full", "device": "cpu",
+                "recipes": {"fast": {**fast.to_dict(), **change}},
+                "machine": {"cpu_model": "CPU", "logical_cores": 2, "torch": "2.14.1", "isa_flags": []},
+                "claims": [{"id": "10.speedrun_99", "claim": "speedrun", "section": "ours", "verdict": "holds",
+                            "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}]}
+    refs = [ref("today"), ref("then", batch_size=128, model="speednet")]
+    row = next(line for line in MC.render(MC.collect(refs), refs).splitlines() if "fastest time to 99.0%" in line)
+    assert "then: holds (earlier recipe); today: holds |" in row
+    assert "*then*, 2026-12-04, an earlier recipe (model speednet -> speednet_s2; batch_size 128 -> 64): " in row
+    assert "*today*, 2026-12-04: today numbers" in row
+    refs = [ref("today")]
+    row = next(line for line in MC.render(MC.collect(refs), refs).splitlines() if "fastest time to 99.0%" in line)
+    assert "| holds |" in row and "earlier" not in row
+
+
 def test_machine_labels():
     info = {"cpu_model": "Intel(R) Xeon(R) Processor", "logical_cores": 2, "cpu_capability": "AVX512",
             "isa_flags": ["amx_tile", "avx2"], "onednn_max_cpu_isa": None, "gpus": []}

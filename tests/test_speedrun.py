@@ -368,3 +368,28 @@ def test_net_label_names_the_net_a_claim_timed():
     assert speedrun.net_label("speednet_v1", 16) == "SpeedNetV1(16, conv-BN-ReLU-pool)"
     assert speedrun.net_label(speedrun.ARTICLE) == "Net"
     assert speedrun.net_label("mystery", 3) == "mystery(3)"  # an unlisted model keeps its registry name
+
+
+def test_a_kept_recipe_is_compared_with_todays():
+    """earlier_recipe: a kept benchmark's fast/fast995 against the recipes of the same name this code trains
+    (per-machine settings and the device from the file), so the claims table can say a verdict is of an earlier
+    recipe."""
+    choice = {"amp": "bf16", "channels_last": True, "compile": True}
+    for device in ("cpu", "cuda"):
+        table = speedrun.recipes(device, choice=choice)
+        for cid, name in speedrun.CLAIM_RECIPES.items():
+            doc = {"device": device, "recipes": {name: table[name].to_dict()}}
+            assert speedrun.recipe_changes(table[name].to_dict(), device) == []
+            assert speedrun.earlier_recipe(doc, cid) is None  # today's recipe, whatever settings the machine chose
+    old = {**speedrun.get_recipe("fast995", "cpu", choice).to_dict(), "width": 16, "num_epochs": 5.0}
+    old.pop("translate")  # an older file without a field: the Recipe default (0), so it differs from today's 2
+    assert speedrun.recipe_changes(old, "cpu") == ["width 16 -> 24", "num_epochs 5.0 -> 6.0", "translate 0 -> 2"]
+    doc = {"device": "cpu", "recipes": {"fast995": old}}
+    assert speedrun.earlier_recipe(doc, "10.speedrun_995") == (
+        "an earlier recipe (width 16 -> 24; num_epochs 5.0 -> 6.0; translate 0 -> 2)")
+    assert speedrun.earlier_recipe(doc, "10.speedrun_99") is None  # no fast recipe kept: nothing to compare
+    assert speedrun.earlier_recipe({"recipes": {"fast": {**old, "name": "fast"}}}, "05.amp_memory_speed") is None
+    as_fast = {"device": "cpu", "recipes": {"fast": {**old, "name": "fast"}}}  # compared with today's fast
+    assert speedrun.earlier_recipe(as_fast, "10.speedrun_99") == (
+        "an earlier recipe (width 16 -> 12; num_epochs 5.0 -> 0.8)")
+    assert speedrun.recipe_changes({**old, "name": "retired"}, "cpu") is None

@@ -27,8 +27,9 @@ To 99.5%: ``ladder_995(fast)`` adds ``LADDER_995``'s three changes to the fast r
 SpeedNet, a longer OneCycle horizon, images shifted by up to 2 pixels with ``random_translate``), ending in
 ``fast995`` (``HYP_995``; notebook 10 shows both recipes in one cell as airbench-style ``hyp`` dicts). Evaluations
 get finer near a target (``fine_every_steps`` within ``fine_margin``), so the time reported lies near the crossing.
-``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995),
-``target_evidence`` its numbers into the evidence sentence;
+``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995,
+timing the recipes ``CLAIM_RECIPES`` names), ``target_evidence`` its numbers into the evidence sentence;
+``earlier_recipe`` tells a kept result of an earlier recipe from one of today's (``recipe_changes``);
 ``merge_contention`` sums the load rule over several runs.
 
 ``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
@@ -276,6 +277,41 @@ def recipes(device: str | torch.device = "cpu", choice: dict | None = None) -> d
     table["fast"] = fastest(device, choice, log=None)
     table["fast995"] = ladder_995(table["fast"])[-1]
     return table
+
+
+# What each speedrun claim times (the benchmark's recipe names), and the fields that make a recipe what it is: what it
+# trains, on what data, how long. The per-machine settings (SETTINGS; CUDA graphs on a GPU), the evaluation interval,
+# the DataLoader's workers and the wording are not among them.
+CLAIM_RECIPES = {"10.speedrun_99": "fast", "10.speedrun_995": "fast995"}
+RECIPE_FIELDS = ("model", "width", "data", "batch_size", "drop_last", "optimizer", "lr", "weight_decay", "scheduler",
+                 "num_epochs", "label_smoothing", "translate")
+
+
+def recipe_changes(recorded: dict, device: str | torch.device = "cpu") -> list[str] | None:
+    """How a recipe kept in a result file (a ``Recipe.to_dict()``, e.g. a benchmark's ``recipes["fast"]``) differs
+    from the recipe of that name this code trains on ``device``, with the recorded per-machine settings: one
+    ``"field then -> now"`` per field of RECIPE_FIELDS that changed; [] when it is today's recipe, None when no
+    recipe has that name any more. A field an older file lacks counts as the Recipe default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Recipe)}
+    now = recipes(device, choice={k: recorded.get(k, defaults[k]) for k in SETTINGS}).get(recorded.get("name"))
+    if now is None:
+        return None
+    return [f"{f} {recorded.get(f, defaults[f])} -> {getattr(now, f)}" for f in RECIPE_FIELDS
+            if recorded.get(f, defaults[f]) != getattr(now, f)]
+
+
+def earlier_recipe(doc: dict, claim_id: str) -> str | None:
+    """For a kept time-to-accuracy file (``scripts/bench_time_to_accuracy.py``, ``scripts/device_check.sh``): None
+    when the recipe the claim timed is the one this code trains under its name, else a phrase saying what changed
+    since. ``make claims`` and notebook 10 label such an entry: its verdict is of an earlier recipe, not of today's."""
+    name = CLAIM_RECIPES.get(claim_id)
+    recorded = (doc.get("recipes") or {}).get(name) if name else None
+    if not recorded:
+        return None
+    changes = recipe_changes(recorded, "cuda" if str(doc.get("device", "cpu")).startswith("cuda") else "cpu")
+    if changes == []:
+        return None
+    return "an earlier recipe (" + ("; ".join(changes) if changes else f"{name!r} is no longer a recipe") + ")"
 
 
 def get_recipe(name: str, device: str | torch.device = "cpu", choice: dict | None = None) -> Recipe:
