@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from mnist_helpers.io import write_json
-from mnist_helpers.paths import repo_root, results_dir
+from mnist_helpers.paths import reference_dir, repo_root, results_dir
 
 SCHEMA = "mnist-scale-lab/claims/1"
 BUSY = "no verdict: the machine is busy"
@@ -330,12 +330,10 @@ class ResultFile:
         what ``make claims`` reads. A quick run is never kept: it is not the experiment."""
         if self.profile != "full":
             raise ClaimError(f"profile {self.profile!r}: only a full run is kept as a reference")
-        root = repo_root()
-        if root is None:
+        if repo_root() is None:
             raise ClaimError("no checkout here: reference files live in the repository's results/reference/")
         data = self.to_dict()
-        return write_json(root / "results" / "reference" / (label or data["machine_label"]) / f"{self.name}.json",
-                          data)
+        return write_json(reference_dir() / (label or data["machine_label"]) / f"{self.name}.json", data)
 
 
 # --------------------------------------------------------------------------- numbers in evidence

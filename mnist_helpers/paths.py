@@ -38,3 +38,15 @@ def results_dir() -> Path:
     path = Path(env).expanduser().resolve() if env else _default("results")
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def reference_dir() -> Path:
+    """Where kept reference runs live: ``results/reference/<machine label>/<name>.json``.
+
+    These are the committed runs the README's claims table is made from (``make claims``) and that notebooks show
+    beside a live run, so they are found in the checkout whatever ``MNIST_RESULTS_DIR`` says (a run's own results may
+    go elsewhere; the references stay with the code). Outside a checkout: ``results_dir() / "reference"``, empty
+    until runs are copied there. Not created here: readers find nothing in a missing folder, writers create it.
+    """
+    root = repo_root()
+    return root / "results" / "reference" if root is not None else results_dir() / "reference"

@@ -499,7 +499,7 @@ def keep(src: Path, reference: Path | None = None) -> Path:
 
     from mnist_helpers.claims import machine_label
     from mnist_helpers.errors import UsageError
-    from mnist_helpers.paths import repo_root
+    from mnist_helpers.paths import reference_dir
 
     archive = src / ARCHIVE if src.is_dir() else src
     if not archive.is_file():
@@ -516,7 +516,7 @@ def keep(src: Path, reference: Path | None = None) -> Path:
             raise UsageError(f"{archive} is a --cpu-dry-run: it tests code paths, not a GPU",
                              "keep only a run on a GPU machine")
         machine = next(iter(docs.values()))["machine"]
-        folder = (reference or (repo_root() or Path.cwd()) / "results" / "reference") / machine_label(machine)
+        folder = (reference or reference_dir()) / machine_label(machine)
         folder.mkdir(parents=True, exist_ok=True)
         for name in [*SECTIONS, "manifest"]:
             if name != "time_to_accuracy" and (res / f"{name}.json").exists():
