@@ -113,6 +113,10 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
         Case("spawn_zero_procs", [W + "ddp_spawn", "--nproc", "0", *QUICK], ["--nproc must be a positive integer, got 0"]),
         Case("ft_snapshot_every_negative", [W + "ft_train", "--snapshot-every", "-1", *QUICK], ["--snapshot-every must be >= 0"]),
         Case("ft_die_without_snapshot", [W + "ft_train", "--die-at-step", "3", *QUICK], ["--die-at-step needs --snapshot"]),
+        Case("ft_stop_file_without_snapshot", [W + "ft_train", "--stop-file", str(tmp / "stop"), *QUICK],
+             ["--stop-file needs --snapshot"]),
+        Case("ft_stop_check_every_zero", [W + "ft_train", "--stop-check-every", "0", *QUICK],
+             ["--stop-check-every must be >= 1"]),
         Case("doctor_zero_procs", ["mnist_helpers.doctor", "--nproc", "0"], ["--nproc and --batch-size must be >= 1"]),
         # this machine lacks what was asked for
         Case("cuda_without_gpu", [W + "single", "--device", "cuda", *QUICK], ["device 'cuda' was asked for", "not available here", "--device cpu"],

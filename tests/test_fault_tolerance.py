@@ -45,6 +45,45 @@ def test_resume_mid_epoch_is_bit_identical(tmp_path, mnist_root, monkeypatch):
     assert resumed["final_test_acc"] == full["final_test_acc"]
 
 
+@pytest.mark.parametrize("check_every", [5, 8])  # mid-epoch; the last step of epoch 1
+def test_stop_file_snapshots_that_step_and_the_resume_loses_nothing(tmp_path, mnist_root, check_every):
+    """A stop file (what scripts/slurm/train.sbatch creates on the scheduler's signal) ends the run after the first
+    check that sees it, with a snapshot of that very step although no periodic one is due; once the file is gone the
+    same call resumes there and ends with exactly the weights of an uninterrupted run."""
+    cfg = TrainConfig(**CFG, scheduler="onecycle", optimizer="sgd", lr=0.05)
+    full = ft_train.main(cfg, test_subset=500)
+    snap, stop = tmp_path / "ft.pt", tmp_path / "ft.stop"
+    stop.touch()
+    kw = dict(snapshot=str(snap), snapshot_every=100, test_subset=500, stop_file=str(stop), stop_check_every=check_every)
+    stopped = ft_train.main(cfg, **kw)
+    assert stopped["stopped_at_step"] == stopped["steps"] == check_every and stopped["history"] == []
+    saved = torch.load(snap, weights_only=True)
+    assert (saved["epoch"], saved["steps"], saved["step_in_epoch"]) == (0, check_every, check_every)
+    stop.unlink()
+    resumed = ft_train.main(cfg, **kw)
+    assert resumed["resumed_at_step"] == check_every and resumed["stopped_at_step"] is None
+    assert resumed["steps"] == full["steps"] == 16 and resumed["param_digests"] == full["param_digests"]
+    assert resumed["final_test_acc"] == full["final_test_acc"]
+
+
+def test_stop_file_stops_every_rank_at_the_same_step_under_torchrun(tmp_path, mnist_root):
+    """Two workers under torchrun: the all-reduce makes both stop after step 2, torchrun ends with 0 and the
+    snapshot holds step 2; the resubmitted command, the file gone, trains on from there with the replicas equal."""
+    stop, snap = tmp_path / "ft.stop", tmp_path / "ft.pt"
+    args = ["--model", "fastnet", "--subset", "1024", "--batch-size", "64", "--epochs", "1", "--timeout", "60",
+            "--test-subset", "500", "--snapshot", snap, "--snapshot-every", "100", "--stop-file", stop,
+            "--stop-check-every", "2"]  # 8 steps per rank
+    kw = dict(nproc=2, threads_per_proc=1, device="cpu", timeout=150, echo=False)
+    stop.touch()
+    stopped = torchrun("mnist_helpers.workers.progression.ft_train", args, **kw)
+    assert stopped["stopped_at_step"] == stopped["steps"] == 2 and len(set(stopped["param_digests"])) == 1
+    assert torch.load(snap, weights_only=True)["steps"] == 2
+    stop.unlink()
+    resumed = torchrun("mnist_helpers.workers.progression.ft_train", args, **kw)
+    assert resumed["resumed_at_step"] == 2 and resumed["steps"] == 8 and resumed["stopped_at_step"] is None
+    assert len(set(resumed["param_digests"])) == 1
+
+
 def test_cli_rejects_kill_without_snapshot(capsys):
     with pytest.raises(SystemExit):
         ft_train.cli(["--die-at-step", "3"])

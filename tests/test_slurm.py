@@ -3,8 +3,8 @@
 As root with apt-get (CI), the fixture installs Debian's slurmctld, slurmd, slurm-client and munge when missing,
 starts munged, slurmctld and slurmd with their state in a temp dir, and stops them at the end. Elsewhere (not root,
 no apt-get, apt fails) the tests skip with the reason. Two jobs: the series' batch script with 2 torchrun workers
-(world size 2, gloo) to completion, and one stopped with SIGUSR1 (what Slurm sends before the time limit) whose
-snapshot a resubmission resumes from.
+(world size 2, gloo) to completion, and one stopped with SIGUSR1 (what Slurm sends before the time limit): the
+workers snapshot the step they stop at, and a resubmission resumes from it.
 
 MNIST_SLURM_REFERENCE=results/reference/slurm_local_LABEL_DATE.json additionally writes what the jobs did
 (machine, Slurm version, commands, states, results) for notebook 07 to show on machines without Slurm.
@@ -86,13 +86,14 @@ def slurm(mnist_root):
                                     "machine": machine_info(), **json.loads(text)})
 
 
-def submit(env, tmp_path, worker_args, *, nproc=2, snapshot=None, snapshot_every=100, minutes=3):
+def submit(env, tmp_path, worker_args, *, nproc=2, snapshot=None, snapshot_every=100, minutes=3, stop_check_every=10):
     """sbatch the series' script, its #SBATCH directives overridden for one node; returns (job id, command)."""
     cpus = len(os.sched_getaffinity(0))
     cmd = ["sbatch", "--parsable", "--nodes=1", f"--cpus-per-task={cpus}", f"--time={minutes}",
            f"--output={tmp_path}/%x-%j.out", str(SBATCH), *worker_args]
     job_env = {**env, "NPROC_PER_NODE": str(nproc), "RDZV_PORT": str(free_port()),
-               "SNAPSHOT": str(snapshot or tmp_path / "snap.pt"), "SNAPSHOT_EVERY": str(snapshot_every)}
+               "SNAPSHOT": str(snapshot or tmp_path / "snap.pt"), "SNAPSHOT_EVERY": str(snapshot_every),
+               "STOP_CHECK_EVERY": str(stop_check_every)}
     r = subprocess.run(cmd, env=job_env, cwd=tmp_path, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0, r.stderr
     return r.stdout.strip().split(";")[0], cmd
@@ -152,11 +153,14 @@ def test_sbatch_runs_two_workers_to_completion(slurm, tmp_path):
 
 
 def test_usr1_stops_the_job_and_a_resubmission_resumes(slurm, tmp_path):
-    """SIGUSR1 to the batch shell (as --signal=B:USR1@120 sends before the time limit) stops torchrun on the node
-    and prints the resume command; resubmitted with that SNAPSHOT, training continues from the snapshot's step."""
+    """SIGUSR1 to the batch shell (as --signal=B:USR1@120 sends before the time limit) creates the stop file: the
+    workers stop together at a step, rank 0 snapshots that very step (not a periodic one: those fall every 7 steps,
+    checks every 5), the script prints the resume command; resubmitted with that SNAPSHOT, training continues
+    from the step it stopped at."""
     snapshot = tmp_path / "snap.pt"
-    long_run = [*QUICK[:6], "--test-subset", "100", "--epochs", "1000"]  # 2000 steps: far more than we wait for
-    job_id, _ = submit(slurm, tmp_path, long_run, snapshot=snapshot, snapshot_every=4)
+    long_run = ["--model", "fastnet", "--subset", "12800", "--batch-size", "64", "--test-subset", "100",
+                "--epochs", "20"]  # 100 steps per epoch, 2000 in all: far more than we wait for
+    job_id, _ = submit(slurm, tmp_path, long_run, snapshot=snapshot, snapshot_every=7, stop_check_every=5)
     info = wait_job(slurm, job_id, until=lambda i: snapshot.exists())
     assert info["JobState"] == "RUNNING" and snapshot.exists(), f"no snapshot while running: {info['JobState']}"
     squeue = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%i %T %D %C"], env=slurm, capture_output=True,
@@ -166,16 +170,19 @@ def test_usr1_stops_the_job_and_a_resubmission_resumes(slurm, tmp_path):
     info = wait_job(slurm, job_id)
     log = Path(info["StdOut"]).read_text()
     assert info["JobState"] == "FAILED" and info["ExitCode"] == "138:0", log[-3000:]  # 128 + SIGUSR1
-    assert f"job {job_id}: SIGUSR1: stopping torchrun" in log and f"SNAPSHOT={snapshot} sbatch" in log, log[-3000:]
+    assert f"job {job_id}: SIGUSR1: asking the workers to snapshot and stop" in log, log[-3000:]
+    assert "not stopped within" not in log and f"SNAPSHOT={snapshot} sbatch" in log, log[-3000:]
     assert not job_processes(str(snapshot)), "torchrun or a worker outlived the job"
+    assert not Path(f"{snapshot}.stop").exists(), "the stop file would stop the resubmission"
 
     import torch
     snap = torch.load(snapshot, weights_only=True)
     step = snap["steps"]
-    assert 1 <= step < 2000  # snapshots every 4 steps and at the end of each 2-step epoch
+    assert 5 <= step < 2000 and step % 5 == 0, step  # the stop's own snapshot, at a check
+    assert f"[rank 0] stop requested ({snapshot}.stop exists): snapshot of step {step} written" in log, log[-3000:]
     out = tmp_path / "resumed.json"
     job2, _ = submit(slurm, tmp_path, [*long_run, "--max-steps", str(step + 4), "--out", str(out)],
-                     snapshot=snapshot, snapshot_every=4)
+                     snapshot=snapshot, snapshot_every=7, stop_check_every=5)
     info2 = wait_job(slurm, job2)
     log2 = Path(info2["StdOut"]).read_text()
     assert info2["JobState"] == "COMPLETED" and info2["ExitCode"] == "0:0", log2[-3000:]
@@ -186,7 +193,8 @@ def test_usr1_stops_the_job_and_a_resubmission_resumes(slurm, tmp_path):
     REFERENCE["stop"] = {"squeue": " ".join(squeue), "signal": f"scancel --batch --signal=USR1 {job_id}",
                          "job_state": info["JobState"],
                          "exit_code": info["ExitCode"], "snapshot_step": step,
-                         "output": [line for line in log.strip().splitlines() if "job " in line or "SNAPSHOT=" in line]}
+                         "output": [line for line in log.strip().splitlines()
+                                    if "job " in line or "SNAPSHOT=" in line or "stop requested" in line]}
     REFERENCE["resume"] = {"job_state": info2["JobState"], "exit_code": info2["ExitCode"],
                            "resumed_at_step": result["resumed_at_step"], "steps": result["steps"],
                            "final_test_acc": result["final_test_acc"]}

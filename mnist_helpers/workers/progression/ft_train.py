@@ -9,6 +9,11 @@ needs when a process dies and ``torchrun --max-restarts`` starts the whole group
 - resume of model, optimizer, scheduler, scaler, epoch, global step, every rank's RNG state, and the
   sampler position inside the epoch (the batches of the epoch's permutation already trained are
   skipped), so the resumed run continues the same sequence of updates;
+- ``--stop-file PATH``: a stop asked for from outside (a scheduler's signal before a time limit or a
+  preemption: ``scripts/slurm/train.sbatch`` creates the file). Every ``--stop-check-every`` steps the
+  ranks look for the file and agree by one all-reduce, so all of them stop after the same step; rank 0
+  writes a snapshot of that step and every worker exits with 0: nothing trained is lost, and the same
+  command resumes there once the file is gone;
 - ``--die-at-step K``: rank ``--die-rank`` sends itself SIGKILL (``kill -9``) after step K on the
   first attempt only (a run that resumed from a snapshot never dies), to demonstrate and test recovery.
 
@@ -17,9 +22,12 @@ needs when a process dies and ``torchrun --max-restarts`` starts the whole group
         --epochs 2 --snapshot /tmp/ft.pt --snapshot-every 20 --out /tmp/ft.json
     # the same, killing rank 1 after step 30 of the first attempt
     ... -m mnist_helpers.workers.progression.ft_train ... --die-at-step 30
+    # stop cleanly when /tmp/ft.stop appears (`touch /tmp/ft.stop` from another shell)
+    ... -m mnist_helpers.workers.progression.ft_train ... --snapshot /tmp/ft.pt --stop-file /tmp/ft.stop
 
 Every ``TrainConfig`` field is a flag, as for ``ddp_train``. The results JSON adds ``restarts``
-(torchrun's restart count for the run that finished) and ``resumed_at_step``.
+(torchrun's restart count for the run that finished), ``resumed_at_step`` and ``stopped_at_step`` (the
+step a stop file ended the run at, or null).
 """
 from __future__ import annotations
 
@@ -38,7 +46,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.distributed import (cleanup, evaluate_exact, gather_objects, init_distributed,
+from mnist_helpers.distributed import (all_reduce_sum, cleanup, evaluate_exact, gather_objects, init_distributed,
                                        params_digest)
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
@@ -69,10 +77,12 @@ class FaultTolerantTrainer(Trainer):
     """``Trainer`` plus step snapshots and mid-epoch resume."""
 
     def __init__(self, cfg, tr, batches, test_set, snapshot, ctx, snapshot_every: int = 0,
-                 die_at_step: int | None = None, die_rank: int = 1):
+                 die_at_step: int | None = None, die_rank: int = 1, stop_file: Path | None = None,
+                 stop_check_every: int = 10):
         self.snapshot_every, self.die_at_step, self.die_rank = snapshot_every, die_at_step, die_rank
+        self.stop_file, self.stop_check_every = stop_file, stop_check_every
         self.step_in_epoch, self.partial = 0, {"loss_sum": 0.0, "images": 0}
-        self.resumed_at_step = None
+        self.resumed_at_step = self.stopped_at_step = None
         super().__init__(cfg, tr, batches, test_set, snapshot, ctx)  # loads our snapshot if present
 
     # ---------------------------------------------------------------- snapshots
@@ -100,16 +110,35 @@ class FaultTolerantTrainer(Trainer):
             print(f"[rank 0] resumed from {self.snapshot}: epoch {self.epochs_run + 1}, step {self.steps_run} "
                   f"({self.step_in_epoch} into the epoch)", flush=True)
 
+    def _snapshot_this_step(self) -> None:
+        """A snapshot in the middle of an epoch: the partial loss sums include this step."""
+        saved, self.partial = self.partial, self._now
+        self._save_snapshot()
+        self.partial = saved
+
+    def _stop_requested(self) -> bool:
+        """Does any rank see the stop file? One all-reduce, so that every rank gets the same answer at the same
+        step: a rank that saw the file a step later would otherwise leave the others waiting in a collective."""
+        seen = self.stop_file.exists()
+        return all_reduce_sum([float(seen)], self.ctx.device)[0] > 0
+
     # ---------------------------------------------------------------- training
     def _after_step(self, counted: dict, running_loss: float) -> None:
         self.steps_run += 1
         self.step_in_epoch += 1
         self._now = {"loss_sum": self.partial["loss_sum"] + running_loss * counted["images"],
                      "images": self.partial["images"] + counted["images"]}
-        if self.snapshot is not None and self.snapshot_every and self.steps_run % self.snapshot_every == 0:
-            saved, self.partial = self.partial, self._now
-            self._save_snapshot()
-            self.partial = saved
+        snapshotted = self.snapshot is not None and self.snapshot_every and self.steps_run % self.snapshot_every == 0
+        if snapshotted:
+            self._snapshot_this_step()
+        if self.stop_file is not None and self.steps_run % self.stop_check_every == 0 and self._stop_requested():
+            self.stopped_at_step = self.steps_run  # remaining() yields no more batches: the epoch ends here
+            if self.snapshot is not None and not snapshotted:
+                self._snapshot_this_step()
+            if self.ctx.is_main:
+                print(f"[rank 0] stop requested ({self.stop_file} exists): snapshot of step {self.steps_run} "
+                      f"written to {self.snapshot}; the same command resumes there once {self.stop_file} is gone",
+                      flush=True)
         # First attempt only: a resumed run never dies again. (TORCHELASTIC_RESTART_COUNT is counted per
         # agent, and with several nodes ranks can move between agents on a restart.)
         if self.die_at_step == self.steps_run and self.resumed_at_step is None and self.ctx.rank == self.die_rank:
@@ -124,11 +153,15 @@ class FaultTolerantTrainer(Trainer):
             for X, y in itertools.islice(self.batches, self.step_in_epoch, None):
                 counted["images"] += len(X)
                 yield X, y
+                if self.stopped_at_step is not None:
+                    return
 
         left = None if self.cfg.max_steps is None else self.cfg.max_steps - self.steps_run
         no_sync = self.tr.model.no_sync if isinstance(self.tr.model, DDP) else None
         stats = train_one_epoch(self.tr, remaining(), self.cfg, max_steps=left, no_sync=no_sync,
                                 on_step=lambda step, loss: self._after_step(counted, loss))
+        if self.stopped_at_step is not None:
+            return  # stopped mid-epoch: no evaluation (the job is being stopped), no history entry
         images_local = self.partial["images"] + stats["images"]
         loss = (self.partial["loss_sum"] + stats["loss"] * stats["images"]) / max(images_local, 1)
         ev = evaluate_exact(self.tr.model, self.X_test, self.y_test, self.ctx, self.cfg.test_batch_size, self.cfg.amp)
@@ -145,6 +178,8 @@ class FaultTolerantTrainer(Trainer):
             if self.cfg.max_steps is not None and self.steps_run >= self.cfg.max_steps:
                 break
             self._run_epoch(epoch)
+            if self.stopped_at_step is not None:
+                break
             self.epochs_run, self.step_in_epoch = epoch, 0
             self.partial = {"loss_sum": 0.0, "images": 0}
             if self.snapshot is not None:
@@ -152,7 +187,8 @@ class FaultTolerantTrainer(Trainer):
 
 
 def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die_at_step=None, die_rank: int = 1,
-         backend: str = "auto", timeout=None, test_subset: int | None = None) -> dict:
+         backend: str = "auto", timeout=None, test_subset: int | None = None, stop_file=None,
+         stop_check_every: int = 10) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     ctx = init_distributed(backend, timeout)
@@ -168,12 +204,14 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
         if test_subset:  # tests and quick demos: score the first N test images only
             test_set = tuple(t[:test_subset] for t in test_set)
         trainer = FaultTolerantTrainer(cfg, tr, batches, test_set, Path(snapshot) if snapshot else None, ctx,
-                                       snapshot_every, die_at_step, die_rank)
+                                       snapshot_every, die_at_step, die_rank, Path(stop_file) if stop_file else None,
+                                       stop_check_every)
         trainer.train()
         result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
                   "config": cfg.to_dict(), "history": trainer.history,
                   "final_test_acc": trainer.history[-1]["test_acc"] if trainer.history else None,
                   "steps": trainer.steps_run, "restarts": restarts, "resumed_at_step": trainer.resumed_at_step,
+                  "stopped_at_step": trainer.stopped_at_step,
                   "param_digests": gather_objects(params_digest(trainer.tr.model)),
                   "wall_seconds": time.perf_counter() - t0, "machine": machine_info()}
         if ctx.is_main and out:
@@ -195,6 +233,10 @@ def cli(argv: list[str] | None = None) -> int:
     ap.add_argument("--die-at-step", type=int, default=None,
                     help="demo: SIGKILL one rank after this step (unless resumed from a snapshot)")
     ap.add_argument("--die-rank", type=int, default=1, help="the rank that --die-at-step kills")
+    ap.add_argument("--stop-file", default=None,
+                    help="stop cleanly (snapshot, exit 0) once this file exists; with --snapshot, beside it")
+    ap.add_argument("--stop-check-every", type=int, default=10,
+                    help="look for --stop-file every N steps (one tiny all-reduce each time)")
     ap.add_argument("--test-subset", type=int, default=None, help="score only the first N test images (quick runs)")
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "mpi"])
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a stuck collective fails")
@@ -203,6 +245,10 @@ def cli(argv: list[str] | None = None) -> int:
         ap.error(f"--snapshot-every must be >= 0, got {args.snapshot_every}")
     if args.die_at_step is not None and not args.snapshot:
         ap.error("--die-at-step needs --snapshot PATH, or the restarted run would start from scratch")
+    if args.stop_file and not args.snapshot:
+        ap.error("--stop-file needs --snapshot PATH: a stopped run resumes from the snapshot it writes")
+    if args.stop_check_every < 1:
+        ap.error(f"--stop-check-every must be >= 1, got {args.stop_check_every}")
     try:
         cfg = TrainConfig.from_namespace(args)
     except ValueError as e:
@@ -210,7 +256,7 @@ def cli(argv: list[str] | None = None) -> int:
     if args.test_subset is not None and not 1 <= args.test_subset <= 10000:
         ap.error(f"--test-subset must be between 1 and 10000, got {args.test_subset}")
     main(cfg, args.out, args.snapshot, args.snapshot_every, args.die_at_step, args.die_rank, args.backend,
-         args.timeout, args.test_subset)
+         args.timeout, args.test_subset, args.stop_file, args.stop_check_every)
     return 0
 
 
