@@ -136,9 +136,10 @@ class FaultTolerantTrainer(Trainer):
             if self.snapshot is not None and not snapshotted:
                 self._snapshot_this_step()
             if self.ctx.is_main:
-                print(f"[rank 0] stop requested ({self.stop_file} exists): snapshot of step {self.steps_run} "
-                      f"written to {self.snapshot}; the same command resumes there once {self.stop_file} is gone",
-                      flush=True)
+                saved = (f"snapshot of step {self.steps_run} written to {self.snapshot}; the same command resumes "
+                         f"there once {self.stop_file} is gone" if self.snapshot is not None else
+                         f"stopped after step {self.steps_run}, no --snapshot: nothing saved")
+                print(f"[rank 0] stop requested ({self.stop_file} exists): {saved}", flush=True)
         # First attempt only: a resumed run never dies again. (TORCHELASTIC_RESTART_COUNT is counted per
         # agent, and with several nodes ranks can move between agents on a restart.)
         if self.die_at_step == self.steps_run and self.resumed_at_step is None and self.ctx.rank == self.die_rank:
