@@ -63,6 +63,25 @@ def choose_backend(local_world_size: int | None = None) -> str:
     return "gloo"
 
 
+def cuda_gpus() -> int:
+    """How many CUDA GPUs this process can use (0 without CUDA). Tests monkeypatch this one function to play a
+    machine with 1 or 2 GPUs."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def comparison_device(max_processes: int = 1, gpus: int | None = None) -> str:
+    """The one device for every run of a comparison whose largest run has ``max_processes`` processes.
+
+    ``"cuda"`` when each of those processes gets a CUDA GPU of its own (one process per GPU, nccl), else ``"cpu"``
+    (gloo) for *every* run, the 1-process ones included: a table never sets a 1-process GPU run beside a
+    2-process CPU run. ``gpus`` defaults to :func:`cuda_gpus`.
+    """
+    if max_processes < 1:
+        raise ValueError(f"max_processes must be >= 1, got {max_processes}")
+    gpus = cuda_gpus() if gpus is None else gpus
+    return "cuda" if gpus >= max_processes else "cpu"
+
+
 def _non_cuda_accelerator() -> str | None:
     from mnist_helpers.train import accelerator
 
