@@ -1,4 +1,5 @@
-"""The claims table: README == generator output, every quoted number held by its reference file, the schema, the load rule."""
+"""The claims: docs/CLAIMS.md and the README's summary == generator output, every quoted number held by its reference
+file, the schema, the load rule."""
 from __future__ import annotations
 
 import importlib.util
@@ -27,24 +28,77 @@ MC = _make_claims()
 REFS = MC.load_references()
 
 
-def test_readme_table_is_the_generators_output():
+def test_readme_summary_and_claims_doc_are_the_generators_output():
+    summary, doc = MC.generate(REFS)
     readme = (ROOT / "README.md").read_text()
-    assert readme == MC.replace_table(readme, MC.generate(REFS)), "README's claims table is stale: run `make claims`"
+    assert readme == MC.replace_table(readme, summary), "README's claims summary is stale: run `make claims`"
+    assert MC.CLAIMS_DOC.read_text() == doc, "docs/CLAIMS.md is stale: run `make claims`"
 
 
-def test_check_mode_fails_on_a_hand_edit(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    edited = tmp_path / "README.md"
-    edited.write_text(readme.replace(MC.BEGIN + "\n| claim", MC.BEGIN + "\n| a hand-edited claim"))
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_claims.py"), "--check", "--readme",
-                          str(edited)], capture_output=True, text=True)
-    assert out.returncode == 1 and "make claims" in out.stdout
+def _copies(tmp_path):
+    readme, doc = tmp_path / "README.md", tmp_path / "CLAIMS.md"
+    readme.write_text((ROOT / "README.md").read_text())
+    doc.write_text(MC.CLAIMS_DOC.read_text())
+    return readme, doc
 
 
-def test_every_catalogued_claim_has_a_row():
-    table = MC.generate(REFS)
+def _make_claims_cli(*args):
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "make_claims.py"), *map(str, args)],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("edit", ["readme", "doc"])
+def test_check_mode_fails_on_a_hand_edit(tmp_path, edit):
+    readme, doc = _copies(tmp_path)
+    if edit == "readme":
+        readme.write_text(readme.read_text().replace(MC.BEGIN + "\n", MC.BEGIN + "\n65 claims, typed by hand\n"))
+    else:
+        doc.write_text(doc.read_text().replace("| wrong |", "| holds |", 1))
+    out = _make_claims_cli("--check", "--readme", readme, "--doc", doc)
+    assert out.returncode == 1 and "make claims" in out.stdout, out.stdout[-2000:]
+
+
+def test_make_claims_twice_changes_nothing(tmp_path):
+    """`make claims` regenerates both files; a second run finds them current and leaves them byte for byte."""
+    readme, doc = _copies(tmp_path)
+    doc.write_text("stale\n")
+    assert _make_claims_cli("--readme", readme, "--doc", doc).returncode == 0
+    first = readme.read_bytes(), doc.read_bytes()
+    out = _make_claims_cli("--readme", readme, "--doc", doc)
+    assert out.returncode == 0 and out.stdout.count("already current") == 2, out.stdout
+    assert (readme.read_bytes(), doc.read_bytes()) == first
+    assert _make_claims_cli("--check", "--readme", readme, "--doc", doc).returncode == 0
+
+
+def _verdict_table(doc: str) -> list[str]:
+    section = doc.split("\n## Verdicts\n", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("| [")]
+
+
+def test_every_catalogued_claim_has_a_short_row():
+    rows = _verdict_table(MC.generate(REFS)[1])
     for c in claims.CATALOG:
-        assert f"{MC._cell(c['claim'])} ({c['section']})" in table, c["id"]
+        assert any(f"| {MC._cell(c['claim'])} ({c['section']}) |" in row for row in rows), c["id"]
+    too_long = [row for row in rows if len(row) > 300]
+    assert not too_long, f"verdict rows over 300 characters (the evidence belongs below): {too_long[:2]}"
+
+
+def test_every_row_links_to_its_evidence_section():
+    doc = MC.generate(REFS)[1]
+    for row in _verdict_table(doc):
+        cid = row.split("[", 1)[1].split("]", 1)[0]
+        assert f"](#{MC.anchor(cid)})" in row and f"\n### {cid}\n" in doc, cid
+    assert MC.anchor("06.local_rank_arg") == "06local_rank_arg"
+
+
+def test_summary_counts_every_verdict_once():
+    rows = MC.collect(REFS)
+    summary = MC.render_summary(rows)
+    for label in MC.machines(rows):
+        line = next(ln for ln in summary.splitlines() if ln.startswith(f"| `{label}` |"))
+        judged, *counts = [int(x) for x in line.strip("|").split("|")[1:]]
+        assert judged == sum(counts) == sum(m["label"] == label for r in rows for m in r["by_machine"]), label
+    assert "(docs/CLAIMS.md)" in summary and len(summary) < 2000
 
 
 @pytest.mark.parametrize("ref", REFS, ids=[r["_path"] for r in REFS])
@@ -108,8 +162,10 @@ def test_keep_refuses_a_quick_run(tmp_path, monkeypatch):
 
 
 def test_unmeasured_claims_are_labelled_not_judged():
-    table = MC.render(MC.collect([]), [])
-    assert table.count(MC.NOT_MEASURED) == len(claims.CATALOG)
+    rows = MC.collect([])
+    table = _verdict_table(MC.render_doc(rows, []))
+    assert len(table) == len(claims.CATALOG) and all(MC.NOT_MEASURED in row for row in table)
+    assert f"{len(claims.CATALOG)} not measured yet on any machine" in MC.render_summary(rows)
 
 
 def test_several_machines_side_by_side():
@@ -118,13 +174,18 @@ def test_several_machines_side_by_side():
                 "machine": {"cpu_model": "CPU", "logical_cores": 2, "torch": "2.14.1", "isa_flags": []},
                 "claims": [{"id": "05.amp_memory_speed", "claim": "AMP", "section": "6", "verdict": verdict,
                             "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}]}
-    table = MC.render(*(lambda refs: (MC.collect(refs), refs))([ref("a-amx", "holds"), ref("b-avx2", "wrong")]))
-    row = next(line for line in table.splitlines() if "halves memory" in line)
-    assert "a-amx: holds; b-avx2: wrong" in row and "*a-amx*" in row and "*b-avx2*" in row
+    refs = [ref("a-amx", "holds"), ref("b-avx2", "wrong")]
+    doc = MC.render_doc(MC.collect(refs), refs)
+    assert "| `a-amx` | `b-avx2` |" in doc
+    row = next(line for line in _verdict_table(doc) if "halves memory" in line)
+    assert row.endswith("| holds | wrong |")
+    assert next(line for line in _verdict_table(doc) if "Double the batch" in line).endswith(
+        f"| {MC.NOT_MEASURED} | {MC.NOT_MEASURED} |")
+    assert "- *a-amx*, 2026-12-03: **holds**. a-amx numbers. Regime: r." in doc and "- *b-avx2*, 2026-12-03: **wrong**" in doc
 
 
 def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
-    """The table says when a kept speedrun verdict timed a recipe the code no longer trains, and what changed."""
+    """The claims page says when a kept speedrun verdict timed a recipe the code no longer trains, and what changed."""
     from mnist_helpers.lessons import l10_speedrun as speedrun
 
     def ref(label, **change):
@@ -136,13 +197,16 @@ def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
                 "claims": [{"id": "10.speedrun_99", "claim": "speedrun", "section": "ours", "verdict": "holds",
                             "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}]}
     refs = [ref("today"), ref("then", batch_size=128, model="speednet")]
-    row = next(line for line in MC.render(MC.collect(refs), refs).splitlines() if "fastest time to 99.0%" in line)
-    assert "then: holds (earlier recipe); today: holds |" in row
-    assert "*then*, 2026-12-04, an earlier recipe (model speednet -> speednet_s2; batch_size 128 -> 64): " in row
-    assert "*today*, 2026-12-04: today numbers" in row
+    doc = MC.render_doc(MC.collect(refs), refs)
+    row = next(line for line in _verdict_table(doc) if "fastest time to 99.0%" in line)
+    assert row.endswith("| holds (earlier recipe) | holds |")  # columns sorted: then, today
+    assert "*then*, 2026-12-04, an earlier recipe (model speednet -> speednet_s2; batch_size 128 -> 64): " in doc
+    assert "*today*, 2026-12-04: **holds**. today numbers" in doc
+    assert "on an earlier speedrun recipe: `then` 1" in MC.render_summary(MC.collect(refs))
     refs = [ref("today")]
-    row = next(line for line in MC.render(MC.collect(refs), refs).splitlines() if "fastest time to 99.0%" in line)
-    assert "| holds |" in row and "earlier" not in row
+    doc = MC.render_doc(MC.collect(refs), refs)
+    row = next(line for line in _verdict_table(doc) if "fastest time to 99.0%" in line)
+    assert row.endswith("| holds |") and "earlier" not in row
 
 
 def test_machine_labels():

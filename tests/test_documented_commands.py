@@ -1,6 +1,7 @@
 """Every command the series documents is checked: its module exists and its flags parse.
 
-Commands are collected from the package's docstrings and comments, the README, docs/ and the notebooks:
+Commands are collected from the package's docstrings and comments, the README, docs/*.md (where the README's long
+material lives: docs/CLUSTERS.md, docs/REFERENCE.md, ...), scripts/ and the notebooks:
 each line that runs ``python -m mnist_helpers...`` or ``torchrun ... -m mnist_helpers...`` (with ``\\``
 continuations joined). One subprocess then runs each command's module as ``__main__`` with the documented
 arguments, up to the moment its parser has parsed them (``ArgumentParser.parse_args`` is wrapped to stop
@@ -39,26 +40,34 @@ def _texts():
         yield path, "\n".join("".join(c["source"]) for c in cells)
 
 
+def commands_in(text: str) -> list[str]:
+    """The commands one file documents, in order."""
+    found = []
+    text = re.sub(r"\\\\?\n\s*", " ", text)  # join shell continuations (also inside docstrings: "\\\n")
+    for line in text.splitlines():
+        for m in COMMAND.finditer(line):
+            cmd = m.group(1).split("  #")[0].split(" # ")[0].strip().rstrip(".,;:)")
+            if any(u in cmd for u in UNCHECKABLE):
+                continue
+            for k, v in PLACEHOLDERS.items():
+                cmd = cmd.replace(k, v)
+            found.append(cmd)
+    for m in LAUNCH.finditer(text):
+        try:
+            args = ast.literal_eval("[" + m.group(2) + "]")
+        except (ValueError, SyntaxError):
+            continue  # built from variables: the notebook's own run checks it
+        if not all(isinstance(a, (str, int, float)) for a in args):
+            continue  # [...] elides the arguments
+        found.append(shlex.join(["python", "-m", m.group(1), *map(str, args)]))
+    return found
+
+
 def documented_commands() -> list[tuple[str, str]]:
     found = {}
     for path, text in _texts():
-        text = re.sub(r"\\\\?\n\s*", " ", text)  # join shell continuations (also inside docstrings: "\\\n")
-        for line in text.splitlines():
-            for m in COMMAND.finditer(line):
-                cmd = m.group(1).split("  #")[0].split(" # ")[0].strip().rstrip(".,;:)")
-                if any(u in cmd for u in UNCHECKABLE):
-                    continue
-                for k, v in PLACEHOLDERS.items():
-                    cmd = cmd.replace(k, v)
-                found.setdefault(cmd, str(path.relative_to(REPO)))
-        for m in LAUNCH.finditer(text):
-            try:
-                args = ast.literal_eval("[" + m.group(2) + "]")
-            except (ValueError, SyntaxError):
-                continue  # built from variables: the notebook's own run checks it
-            if not all(isinstance(a, (str, int, float)) for a in args):
-                continue  # [...] elides the arguments
-            found.setdefault(shlex.join(["python", "-m", m.group(1), *map(str, args)]), str(path.relative_to(REPO)))
+        for cmd in commands_in(text):
+            found.setdefault(cmd, str(path.relative_to(REPO)))
     return sorted((cmd, where) for cmd, where in found.items())
 
 
@@ -125,6 +134,18 @@ def test_documented_commands_parse():
     where = dict(commands)
     bad = {f"{cmd}  ({where[cmd]})": err for cmd, err in results.items() if err}
     assert not bad, "documented commands that do not parse:\n" + "\n".join(f"{k}: {v}" for k, v in bad.items())
+
+
+def test_the_readme_and_docs_are_collected():
+    """The README and the pages its long material moved to (docs/) are read: their commands are among those run."""
+    scanned = {path.relative_to(REPO).as_posix() for path, _ in _texts()}
+    assert "README.md" in scanned and {"docs/CLUSTERS.md", "docs/REFERENCE.md"} <= scanned
+    readme = commands_in((REPO / "README.md").read_text())
+    assert "python -m mnist_helpers.data --root data" in readme
+    clusters = commands_in((REPO / "docs" / "CLUSTERS.md").read_text())
+    assert any(c.startswith("torchrun --nnodes=2") and "--rdzv-endpoint=localhost:29400" in c for c in clusters), \
+        clusters
+    assert set(readme + clusters) <= {c for c, _ in documented_commands()}
 
 
 @pytest.mark.parametrize("cmd", ["python -m mnist_helpers.workers.progression.ddp_train --num_epochs 1"])
