@@ -23,7 +23,7 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims
+.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims diagrams
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -76,9 +76,15 @@ test-avx2: data
 	  $(PY) -m pytest --nbmake --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra \
 	  notebooks/05_*.ipynb notebooks/10_*.ipynb
 
-# the README's claims table, regenerated from results/reference/ (tests/test_claims.py checks it is current)
+# docs/CLAIMS.md (every claim, its verdict per machine, the evidence) and the README's claims summary, regenerated
+# from results/reference/ (tests/test_claims.py checks both are current)
 claims: install
 	$(PY) scripts/make_claims.py
+
+# the diagrams in notebooks/figures/ (data-parallel step, ring all-reduce, DistributedSampler, torchrun roles,
+# DDP vs ZeRO-1 vs FSDP memory), drawn with matplotlib; tests/test_diagrams.py checks the script
+diagrams: install
+	$(PY) scripts/make_diagrams.py
 
 # the README's test command: the unit tests, every notebook in the quick profile, and the AVX2 profile
 test: unit notebooks test-avx2
