@@ -141,6 +141,8 @@ def test_sbatch_runs_two_workers_to_completion(slurm, tmp_path):
     assert info["JobState"] == "COMPLETED" and info["ExitCode"] == "0:0", log[-3000:]
     node = socket.gethostname().split(".")[0]  # the one node; `scontrol show hostnames` found it
     assert f"job {job_id}: 1 nodes x 2 processes, rendezvous at {node}:" in log
+    # no GPU allocated (gloo), and the srun step told the job's CPUs per task (srun >= 22.05 does not inherit it)
+    assert f"(0 GPUs and {len(os.sched_getaffinity(0))} CPUs per node)" in log
     result = json.loads(out.read_text())
     assert result["world_size"] == 2 and result["backend"] == "gloo" and result["final_test_acc"] is not None
     assert result["steps"] == 2  # 256 images, 2 processes x 64 per step
