@@ -47,6 +47,11 @@ _TRACEBACK_START = "Traceback (most recent call last):"
 # this variable set every attempt gets a fresh store and the restarts succeeded in every trial. Elastic membership
 # (--nnodes=1:2, a second agent joining) also needs it. So torchrun(max_restarts=N) sets it unless the caller did.
 _SHARE_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+# torchrun's rendezvous store (TCPStore) uses its libuv backend by default, and Windows builds of torch have no
+# libuv: there `--standalone` fails ("use_libuv was requested but PyTorch was build without libuv support")
+# unless USE_LIBUV=0 is set. So on native Windows torchrun() sets it (shown in the printed command) unless the
+# caller did.
+_LIBUV = "USE_LIBUV"
 
 
 class LaunchError(RuntimeError):
@@ -94,7 +99,7 @@ def build_command(module: str, args=(), nproc: int = 1, nnodes: int = 1, *, node
         cmd += ["--max-restarts", str(max_restarts)]
     # --tee 3 echoes both streams of every worker behind a rank prefix (see RANK_PREFIX_TEMPLATE).
     cmd += ["--tee", "3", "--log-line-prefix-template", RANK_PREFIX_TEMPLATE, *extra_torchrun_args]
-    is_script = module.endswith(".py") or os.sep in module
+    is_script = module.endswith(".py") or os.sep in module or "/" in module
     cmd += [str(Path(module).resolve())] if is_script else ["-m", module]
     return cmd + [str(a) for a in args]
 
@@ -192,9 +197,10 @@ def _stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
             tree = root.children(recursive=True)
         except psutil.NoSuchProcess:
             root, tree = None, []
-        # (None, 2 s): after an interrupt torchrun may already be stopping; give it time first.
-        for sig, wait in ((None, 2.0 if interrupted else 0), (signal.SIGINT, grace),
-                          (signal.SIGTERM, 3.0)):
+        # (None, 2 s): after an interrupt torchrun may already be stopping; give it time first. Windows' Popen
+        # cannot send SIGINT (ValueError) and its SIGTERM is TerminateProcess: there the tree is killed below.
+        polite = () if sys.platform == "win32" else ((signal.SIGINT, grace),)
+        for sig, wait in ((None, 2.0 if interrupted else 0), *polite, (signal.SIGTERM, 3.0)):
             if proc.poll() is None:
                 if sig is not None:
                     proc.send_signal(sig)
@@ -234,7 +240,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
     cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
     ``max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
     command) unless ``env`` or the environment sets it: without it restarts often fail on torch 2.14
-    (tests/test_restarts.py measures the rates).
+    (tests/test_restarts.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
+    ``env`` or the environment sets it: Windows builds of torch have no libuv for torchrun's rendezvous store.
     """
     import torch  # imported here so that importing this module stays quick
 
@@ -257,6 +264,8 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
             shown = {**(env or {}), "OMP_NUM_THREADS": str(threads)}
             if max_restarts and _SHARE_STORE_OFF not in {**os.environ, **(env or {})}:
                 shown[_SHARE_STORE_OFF] = "1"  # restarts under c10d rendezvous: see _SHARE_STORE_OFF
+            if sys.platform == "win32" and _LIBUV not in {**os.environ, **(env or {})}:
+                shown[_LIBUV] = "0"  # Windows builds of torch have no libuv: see _LIBUV
             if dev == "cpu" and gpus:
                 shown["CUDA_VISIBLE_DEVICES"] = ""  # device="cpu" means the workers see no GPU
             return shown

@@ -1,4 +1,5 @@
-"""Peak memory on CPU and CUDA behind one call (introduced in 05_mixed_precision_and_memory; 08 uses it too).
+"""Peak memory on CPU, CUDA and Apple's MPS behind one call (introduced in 05_mixed_precision_and_memory; 08 uses
+it too).
 
 ``peak_memory(fn, device)`` runs ``fn()`` once and returns a :class:`MemoryReport`:
 
@@ -7,9 +8,13 @@
 - on CPU there are no such counters, so it runs ``fn`` under ``torch.profiler`` with
   ``profile_memory=True`` and replays every tensor allocation and free; the profiler also labels each
   tensor (parameter, gradient, optimizer state, input, activation, temporary), so on CPU the peak
-  comes split by category.
+  comes split by category;
+- on MPS (Apple GPUs) it reads the device's own counter, ``torch.mps.current_allocated_memory()``: torch keeps
+  no peak for MPS, so the counter is sampled after every operator ``fn`` runs (a ``TorchDispatchMode``): a lower
+  bound that misses only memory an operator allocates and frees inside itself. ``memory_summary`` adds Metal's
+  ``driver_allocated_memory()``. Neither the CPU profiler nor the process RSS is ever reported as MPS memory.
 
-Either way the report separates **persistent** memory (what is still held after ``fn`` returns:
+In every case the report separates **persistent** memory (what is still held after ``fn`` returns:
 weights, gradients, optimizer state, the batch) from **transient** memory (peak minus persistent:
 activations saved for backward and temporaries). Mixed precision and gradient accumulation act on the
 transient part only; that is why they must be read separately.
@@ -26,7 +31,6 @@ import contextlib
 import importlib
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -40,7 +44,7 @@ from torch import nn
 from mnist_helpers.io import MiB
 from mnist_helpers.train import select_device
 
-METHODS = ("auto", "cuda", "profiler")
+METHODS = ("auto", "cuda", "profiler", "mps")
 # How the report groups the profiler's categories (torch.profiler._memory_profiler.Category).
 _GROUPS = {"PARAMETER": "weights", "GRADIENT": "gradients", "OPTIMIZER_STATE": "optimizer_state",
            "INPUT": "inputs", "ACTIVATION": "activations", "AUTOGRAD_DETAIL": "activations",
@@ -51,8 +55,8 @@ CATEGORIES = ("weights", "gradients", "optimizer_state", "inputs", "activations"
 @dataclass
 class MemoryReport:
     """What ``peak_memory`` measured. Sizes in bytes; ``mib(name)`` converts."""
-    device: str             # cpu, cuda:0
-    method: str             # cuda (allocator counters) or profiler (allocation replay)
+    device: str             # cpu, cuda:0, mps
+    method: str             # cuda (allocator counters), mps (the MPS counter, sampled) or profiler (allocation replay)
     peak_bytes: int         # most memory held by tensors at any moment while fn ran (incl. what existed before)
     before_bytes: int       # held by tensors when fn started
     persistent_bytes: int   # still held when fn returned: weights, grads, optimizer state, inputs
@@ -85,9 +89,9 @@ def _as_device(device) -> torch.device:
 def peak_memory(fn: Callable[[], object], device=None, method: str = "auto") -> MemoryReport:
     """Run ``fn()`` once and measure the peak tensor memory it caused on ``device``.
 
-    ``method``: ``auto`` (cuda counters on a GPU, the profiler on CPU), ``cuda`` or ``profiler``
-    (works on both; slower). Run one warm-up call first if ``fn`` creates state on its first call
-    (Adam's moments appear on the first ``step()``), unless that is what you want to see.
+    ``method``: ``auto`` (cuda counters on a CUDA GPU, the sampled MPS counter on an Apple GPU, the profiler on
+    CPU), ``cuda``, ``mps`` or ``profiler`` (CPU and CUDA; slower). Run one warm-up call first if ``fn`` creates
+    state on its first call (Adam's moments appear on the first ``step()``), unless that is what you want to see.
     The profiler sees the tensors ``fn`` creates or uses; tensors it never touches are not counted
     (they do not change the peak ``fn`` causes, only the process total).
     """
@@ -98,13 +102,23 @@ def peak_memory(fn: Callable[[], object], device=None, method: str = "auto") -> 
     device = _as_device(device)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device} was asked for but CUDA is not available here; use device='cpu'")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device} was asked for but MPS is not available here; use device='cpu'")
     if method == "auto":
-        method = "cuda" if device.type == "cuda" else "profiler"
+        method = {"cuda": "cuda", "mps": "mps"}.get(device.type, "profiler")
     if method == "cuda":
         if device.type != "cuda":
             raise ValueError("method='cuda' reads the CUDA caching allocator and needs a CUDA device; "
                              "on CPU use method='profiler' (or 'auto')")
         return _cuda_peak(fn, device)
+    if method == "mps" or device.type == "mps":
+        if device.type != "mps":
+            raise ValueError("method='mps' reads torch.mps's counter and needs an MPS device; "
+                             "on CPU use method='profiler' (or 'auto')")
+        if method != "mps":  # the CPU profiler's memory timeline would describe host memory, not the device's
+            raise ValueError("MPS memory is not measured with the profiler on this device: use method='mps' "
+                             "(or 'auto'), which reads torch.mps.current_allocated_memory()")
+        return _mps_peak(fn, device)
     return _profiler_peak(fn, device)
 
 
@@ -118,6 +132,41 @@ def _cuda_peak(fn, device) -> MemoryReport:
     seconds = time.perf_counter() - t0
     return MemoryReport(str(device), "cuda", torch.cuda.max_memory_allocated(device), before,
                         torch.cuda.memory_allocated(device), seconds)
+
+
+def _mps_counters():
+    """(current_allocated_memory, driver_allocated_memory) of ``torch.mps``; a ValueError saying memory is not
+    measured on this device when this torch has no such counters."""
+    mps = getattr(torch, "mps", None)
+    counters = tuple(getattr(mps, name, None) for name in ("current_allocated_memory", "driver_allocated_memory"))
+    if not all(callable(c) for c in counters):
+        raise ValueError(f"memory is not measured on this device: torch {torch.__version__} has no "
+                         "torch.mps.current_allocated_memory()/driver_allocated_memory()")
+    return counters
+
+
+def _mps_peak(fn, device) -> MemoryReport:
+    """The MPS counter before and after ``fn``, and its highest value after any operator ``fn`` ran."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    allocated, _ = _mps_counters()
+
+    class _SampleAfterEachOp(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            peak[0] = max(peak[0], allocated())
+            return out
+
+    torch.mps.synchronize()
+    before = allocated()
+    peak = [before]
+    t0 = time.perf_counter()
+    with _SampleAfterEachOp():
+        fn()
+    torch.mps.synchronize()
+    seconds = time.perf_counter() - t0
+    after = allocated()
+    return MemoryReport(str(device), "mps", max(peak[0], after), before, after, seconds)
 
 
 def _profiler_peak(fn, device) -> MemoryReport:
@@ -190,26 +239,44 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer | None = None
 
 
 def current_bytes(device=None) -> int:
-    """Memory in use now: tensors on a CUDA device (``memory_allocated``), the process RSS on CPU."""
+    """Memory in use now: tensors on a CUDA device (``memory_allocated``) or on MPS
+    (``torch.mps.current_allocated_memory``), the process RSS on CPU."""
     device = _as_device(device)
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device)
+    if device.type == "mps":
+        return _mps_counters()[0]()
     import psutil
 
     return psutil.Process().memory_info().rss
 
 
 def memory_summary(device=None) -> str:
-    """The CUDA caching allocator's table (``torch.cuda.memory_summary``); on CPU the RSS numbers."""
+    """The CUDA caching allocator's table (``torch.cuda.memory_summary``); on MPS the device's two counters; on
+    CPU the RSS numbers."""
     device = _as_device(device)
     if device.type == "cuda":
         return torch.cuda.memory_summary(device, abbreviated=True)
+    if device.type == "mps":
+        allocated, driver = _mps_counters()
+        return (f"MPS: {allocated() / MiB:,.1f} MiB held by tensors (torch.mps.current_allocated_memory), "
+                f"{driver() / MiB:,.1f} MiB allocated by Metal's driver, cached blocks included "
+                "(torch.mps.driver_allocated_memory); torch keeps no peak for MPS: use peak_memory()")
+    peak = rss_peak_bytes()
     return (f"CPU: no caching-allocator counters; RSS now {current_bytes(device) / MiB:,.1f} MiB, "
-            f"this process's RSS peak {rss_peak_bytes() / MiB:,.1f} MiB (use peak_memory() for tensors)")
+            + (f"this process's RSS peak {peak / MiB:,.1f} MiB" if peak is not None else "RSS peak n/a here")
+            + " (use peak_memory() for tensors)")
 
 
-def rss_peak_bytes() -> int:
-    """This process's RSS high-water mark (``ru_maxrss``: KiB on Linux, bytes on macOS)."""
+def rss_peak_bytes() -> int | None:
+    """This process's RSS high-water mark: ``ru_maxrss`` (KiB on Linux, bytes on macOS); on Windows, which has
+    no ``resource`` module, psutil's peak working set (``peak_wset``). None where neither exists."""
+    try:
+        import resource  # POSIX only: imported here so that this module imports on Windows too
+    except ImportError:
+        import psutil
+
+        return getattr(psutil.Process().memory_info(), "peak_wset", None)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
 

@@ -33,7 +33,8 @@ on a random MNIST-shaped batch); :func:`limit_memory` makes the memory limit rea
   can't allocate memory``. Address space is not resident memory: it also counts the allocator's slack and
   thread stacks created later, so treat the budget as approximate. The limit cannot be lifted inside the
   process, so :func:`find_batch_size_limited` runs the search in a fresh one (this module's command line),
-  which is also how a notebook must use it; that process gets ``MALLOC_ENV``.
+  which is also how a notebook must use it; that process gets ``MALLOC_ENV``. Native Windows has no
+  ``resource`` module: there the CPU cap raises a ``ConfigError`` that says so (WSL2 has it).
 
     python -m mnist_helpers.lessons.l08_troubleshooting --model net --start 4096 --budget-mib 600
 """
@@ -46,7 +47,6 @@ import io
 import json
 import os
 import re
-import resource
 import shlex
 import subprocess
 import sys
@@ -66,6 +66,7 @@ from mnist_helpers import display
 from mnist_helpers.data import (TensorBatches, check_file, dataset_tensors, make_loader, mnist_datasets, raw_dir,
                                 time_loader)
 from mnist_helpers.doctor import check_shm
+from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.launch import LaunchError, run_guarded, torchrun
 from mnist_helpers.memory import current_bytes, graph_nodes, is_oom, peak_memory, run_isolated
@@ -783,6 +784,13 @@ def limit_memory(budget_bytes: int, device: str | torch.device = "cpu") -> dict:
         fraction = min(1.0, cap / total)
         torch.cuda.set_per_process_memory_fraction(fraction, dev)
         return {"method": "set_per_process_memory_fraction", "fraction": fraction, "cap_bytes": cap}
+    try:
+        import resource  # POSIX only: imported here so that this module imports on Windows too
+    except ImportError:
+        raise ConfigError("a CPU memory cap needs resource.setrlimit(RLIMIT_AS), which is not available on Windows "
+                          "(Python has no `resource` module there)",
+                          "run this lesson under WSL2 (or on Linux or macOS); on a CUDA GPU the cap is "
+                          "torch.cuda.set_per_process_memory_fraction (--device cuda)") from None
     base = address_space_bytes()
     limit = base + budget_bytes
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
@@ -810,6 +818,7 @@ def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: i
     return json.loads(lines[-1])
 
 
+@cli_entry
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Largest training batch that fits in a memory budget (halving).")
     ap.add_argument("--model", default="net")
