@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import gzip
 import hashlib
 import io
@@ -152,12 +151,10 @@ def verify_mnist(root: str | Path | None = None) -> Path:
 def provision_lock(root: Path):
     """Exclusive lock so that concurrent callers (two notebooks, a launcher and a test) don't collide."""
     (root / "MNIST").mkdir(parents=True, exist_ok=True)
-    with open(root / "MNIST" / ".provision.lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    from mnist_helpers.io import file_lock
+
+    with open(root / "MNIST" / ".provision.lock", "w") as fh, file_lock(fh.fileno()):
+        yield
 
 
 def _idx_images(a: np.ndarray) -> bytes:

@@ -16,7 +16,6 @@ records are never lost.
 from __future__ import annotations
 
 import datetime
-import fcntl
 import json
 import math
 import os
@@ -24,6 +23,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
+from mnist_helpers.io import file_lock
 from mnist_helpers.paths import results_dir
 
 if TYPE_CHECKING:
@@ -92,11 +92,10 @@ def log_run(notebook: str, name: str, *, config: dict, metrics: dict, machine: d
     p.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(p, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, line)  # one write of a whole line: readers never see half a record
-        os.fsync(fd)
+        with file_lock(fd):
+            os.write(fd, line)  # one write of a whole line: readers never see half a record
+            os.fsync(fd)
     finally:
-        fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
     return record
 

@@ -21,6 +21,30 @@ from mnist_helpers.errors import PathError
 MiB = 2**20
 
 
+@contextlib.contextmanager
+def file_lock(fd: int):
+    """Hold an exclusive lock on an open file (its descriptor) for the ``with`` block: ``fcntl.flock`` on Linux and
+    macOS, ``msvcrt.locking`` of the first byte on Windows (which has no ``fcntl``)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        import msvcrt
+
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_LOCK, 1)  # retries for ~10 s, then raises OSError
+        try:
+            yield
+        finally:
+            os.lseek(fd, 0, os.SEEK_SET)
+            msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        return
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+
 def _fsync_dir(folder: Path) -> None:
     """Make a rename durable (a crash right after it must not undo it). Not every OS can open a folder."""
     with contextlib.suppress(OSError):

@@ -22,7 +22,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = [REPO / "notebooks" / name for name in sorted(p.name for p in (REPO / "notebooks").glob("0[0-5]_*.ipynb"))]
-POSIX_MODULES = ("resource", "termios", "pwd", "grp")  # fcntl apart: see test_imports_without_fcntl
+POSIX_MODULES = ("resource", "termios", "pwd", "grp")  # and fcntl: test_imports_without_fcntl
 POSIX_OS = ("getloadavg", "sched_getaffinity", "sched_setaffinity", "fork", "forkpty", "getuid", "geteuid",
             "getpgid", "killpg", "setsid", "posix_fadvise", "nice")
 POSIX_SIGNALS = ("SIGKILL", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGCHLD")
@@ -172,9 +172,6 @@ def test_package_imports_and_runs_as_on_windows(tmp_path):
     assert calls["limit_memory"]["error"].startswith("ConfigError")
 
 
-@pytest.mark.xfail(strict=True, reason="mnist_helpers/data.py and experiments.py import fcntl at module top (file "
-                   "locks; Windows has none): issue 40, outside this change. Remove this mark once they import "
-                   "without it.")
 def test_imports_without_fcntl(tmp_path):
     rep = play_windows(tmp_path, (*POSIX_MODULES, "fcntl"))
     assert rep["failed"] == {}, f"modules that do not import on Windows: {rep['failed']}"

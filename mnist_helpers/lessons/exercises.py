@@ -277,47 +277,184 @@ def check_adam_state_mib(answer) -> Feedback:
 
 
 # ---------------------------------------------------------------------------------------- 06 DDP fundamentals
-def check_distributed_sampler_total(answer) -> Feedback:
-    """06-1: images DistributedSampler hands out per epoch, over all ranks, for 10,000 images on 3 ranks."""
-    from torch.utils.data import DistributedSampler
+# The workers of exercises 06-1 and 06-2: short DDP scripts with one bug each. The learner fixes the text; the check
+# writes it to a file and launches it with torchrun on 2 CPU processes (gloo), as notebook 06 launches train_ddp.py.
+BUGGY_SAMPLER_WORKER = '''import argparse
+import json
 
-    value = _number(answer, "the image count")
-    truth = sum(len(DistributedSampler(range(10_000), num_replicas=3, rank=r, shuffle=False)) for r in range(3))
-    if value is None:
-        return _not_a_number(answer, "the image count")
-    if value == truth:
-        return _say(True, f"{truth:,}: each rank gets ceil(10,000 / 3) = {truth // 3:,}, so the sampler pads with "
-                          f"{truth - 10_000} repeated images. Harmless for training; evaluation must not count them "
-                          "(see `evaluate_exact`).")
-    if value == 10_000:
-        return _say(False, "10,000 would need every rank to get the same whole number of images, and 10,000 is not "
-                           "divisible by 3. What does DistributedSampler do with the remainder (drop_last=False)?")
-    if value == 3 * (10_000 // 3):
-        return _say(False, "that is what drop_last=True gives (the remainder dropped). By default the sampler pads.")
-    return _say(False, f"{value:g} is not it. Hint: 3 x math.ceil(10,000 / 3).")
+import torch.distributed as dist
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+dataset = list(range(100))
+sampler = DistributedSampler(dataset, shuffle=True, seed=0)
+loader = DataLoader(dataset, batch_size=10, sampler=sampler)
+first_batches = []
+for epoch in range(3):
+    first_batches.append([int(i) for i in next(iter(loader))])  # this epoch's first batch
+per_rank = [None] * dist.get_world_size()
+dist.all_gather_object(per_rank, first_batches)
+if dist.get_rank() == 0:
+    json.dump(per_rank, open(args.out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+BUGGY_LOCAL_RANK_WORKER = '''import argparse
+import json
+
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)  # the old torch.distributed.launch contract
+parser.add_argument("--out")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+device = f"cuda:{args.local_rank}"  # the GPU this process would train on
+devices = [None] * dist.get_world_size()
+dist.all_gather_object(devices, device)
+if dist.get_rank() == 0:
+    json.dump(devices, open(args.out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+# The measurement behind exercise 06-3: DDP's all-reduce calls per step for Net, counted by a communication hook.
+BUCKET_COUNTER_WORKER = '''import argparse
+import json
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mnist_helpers.models import Net
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+calls = []
 
 
-def check_set_epoch_call(answer) -> Feedback:
-    """06-2: the sampler call that makes every epoch's shuffle differ, as a line of code."""
-    text = "" if answer is ... else str(answer).replace(" ", "")
-    if "set_epoch(" in text and "sampler" in text:
-        import torch
-        from torch.utils.data import DistributedSampler
-        s = DistributedSampler(range(12), num_replicas=2, rank=0, shuffle=True, seed=0)
-        first = list(s)
-        s.set_epoch(1)
-        differ = first != list(s)
-        return _say(differ, "`sampler.set_epoch(epoch)` at the start of every epoch: the sampler seeds its shuffle "
-                            f"with seed + epoch (checked just now: epoch 0 and 1 orders differ: {differ}). Forget it "
-                            "and every epoch repeats the same order." + ("" if differ else " (torch " + torch.__version__
-                                                                           + " behaved differently!)"))
-    if "set_epoch" in text:
-        return _say(False, "right method; call it on the sampler object: `sampler.set_epoch(epoch)`.")
-    if "shuffle" in text:
-        return _say(False, "shuffle=True is already on; it still gives the same order every epoch. Which sampler "
-                           "method changes its seed from one epoch to the next?")
-    return _say(False, f"{answer!r} does not change the order. Hint: DistributedSampler has a `set_...` method "
-                       "taking the epoch number.")
+def counting_allreduce(state, bucket):  # DDP calls its hook once per bucket of gradients
+    calls.append(bucket.buffer().numel())
+    work = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
+    return work.get_future().then(lambda fut: fut.value()[0])
+
+
+result = {}
+for cap in (25, 1):  # bucket_cap_mb: 25 is DDP's default
+    torch.manual_seed(0)
+    model = DDP(Net(), bucket_cap_mb=cap)
+    model.register_comm_hook(None, counting_allreduce)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(3):  # DDP settles its buckets after the first step: count the last one
+        calls.clear()
+        model(torch.randn(8, 1, 28, 28)).sum().backward()
+        opt.step()
+        opt.zero_grad()
+    result[cap] = list(calls)
+if dist.get_rank() == 0:
+    json.dump(result, open(args.out, "w"))
+dist.barrier()
+dist.destroy_process_group()
+'''
+
+
+def _launch_script(text: str, nproc: int = 2):
+    """Run a worker's text under torchrun on ``nproc`` CPU processes; (its JSON, None) or (None, the error)."""
+    import tempfile
+    from pathlib import Path
+
+    from mnist_helpers.launch import LaunchError, torchrun
+
+    with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
+        script = Path(tmp) / "worker.py"
+        script.write_text(text)
+        try:
+            return torchrun(str(script), nproc=nproc, device="cpu", echo=False, timeout=180, provision=False,
+                            threads_per_proc=1), None
+        except LaunchError as e:
+            return None, e.root_cause or str(e)
+
+
+def _script_text(answer) -> str | None:
+    """The learner's script: its text, or the path of a file holding it."""
+    from pathlib import Path
+
+    if not isinstance(answer, (str, Path)):
+        return None
+    text = str(answer)
+    if "\n" not in text and text.endswith(".py") and Path(text).is_file():
+        return Path(text).read_text()
+    return text
+
+
+def check_set_epoch_fix(answer) -> Feedback:
+    """06-1: ``BUGGY_SAMPLER_WORKER`` fixed so that every epoch is shuffled anew; launched on 2 processes."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the fixed script as a string (or a path to it), got {type(answer).__name__}.")
+    got, error = _launch_script(text)
+    if error is not None:
+        return _say(False, f"the script failed under torchrun with 2 processes:\n{error}")
+    if not isinstance(got, list) or len(got) != 2:
+        return _say(False, "the script ran but did not write each rank's first batches to --out (keep the last lines).")
+    same_epochs = [r for r, epochs in enumerate(got) if len({tuple(e) for e in epochs}) < len(epochs)]
+    overlap = any(set(got[0][e]) & set(got[1][e]) for e in range(len(got[0])))
+    if same_epochs:
+        hint = ("set_epoch(epoch) must be called with the loop's epoch, before the epoch's first batch"
+                if "set_epoch" in text else "which sampler call changes its shuffle from one epoch to the next?")
+        return _say(False, f"rank(s) {same_epochs} still began two epochs with the same batch: {got[same_epochs[0]]}. "
+                           + hint)
+    if overlap:
+        return _say(False, "every epoch now differs, but the two ranks drew the same images: each rank must keep "
+                           "its own DistributedSampler shard.")
+    return _say(True, f"launched on 2 processes: each rank began its 3 epochs with different batches (rank 0: "
+                      f"{[e[:3] for e in got[0]]}...) and the ranks never overlapped. The sampler shuffles with "
+                      "seed + epoch, so without set_epoch every epoch replays epoch 0's order.")
+
+
+def check_local_rank_fix(answer) -> Feedback:
+    """06-2: ``BUGGY_LOCAL_RANK_WORKER`` fixed to read torchrun's LOCAL_RANK; launched on 2 processes."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the fixed script as a string (or a path to it), got {type(answer).__name__}.")
+    got, error = _launch_script(text)
+    if error is not None:
+        return _say(False, f"the script failed under torchrun with 2 processes:\n{error}")
+    if got == ["cuda:0", "cuda:1"]:
+        return _say(True, "launched on 2 processes: rank 0 picks cuda:0 and rank 1 cuda:1. torchrun puts LOCAL_RANK "
+                          "in each process's environment and passes no --local_rank argument, so the argparse "
+                          "default 0 put both on GPU 0.")
+    if got == ["cuda:0", "cuda:0"]:
+        return _say(False, "both processes still pick cuda:0: torchrun never passes --local_rank, so the argparse "
+                           "default is used. Read the environment: int(os.environ[\"LOCAL_RANK\"]).")
+    return _say(False, f"the processes picked {got}; expected ['cuda:0', 'cuda:1'] (one GPU per process on a node).")
+
+
+def check_bucket_prediction(answer) -> Feedback:
+    """06-3: predict DDP's all-reduce calls per step for Net at bucket_cap_mb 25 and 1, then measure them."""
+    if not (isinstance(answer, (tuple, list)) and len(answer) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in answer)):
+        return _say(False, f"expected a pair of whole numbers (calls at 25 MB, calls at 1 MB), got {answer!r}.")
+    got, error = _launch_script(BUCKET_COUNTER_WORKER)
+    if error is not None:
+        return _say(False, f"the measurement itself failed (not your answer):\n{error}")
+    calls = {int(k): v for k, v in got.items()}
+    measured = (len(calls[25]), len(calls[1]))
+    sizes = {cap: ", ".join(f"{n * 4 / 2**20:.2f}" for n in v) for cap, v in calls.items()}
+    why = (f"Measured on 2 processes: {measured[0]} call(s) per step at 25 MB (bucket sizes {sizes[25]} MiB) and "
+           f"{measured[1]} at 1 MB ({sizes[1]} MiB). DDP packs gradients into buckets of bucket_cap_mb and "
+           "all-reduces a bucket as soon as all its gradients are ready; a tensor larger than the cap "
+           "(fc1.weight, 4.5 MiB) closes its bucket at once, so at 1 MB the rest form a second one. Fewer, larger "
+           "calls cost less latency; smaller ones start communicating earlier in backward().")
+    return _say(tuple(answer) == measured, ("right. " if tuple(answer) == measured else
+                                            f"you predicted {tuple(answer)}. ") + why)
 
 
 # -------------------------------------------------------------------------------- 07 scaling and multi-node
@@ -604,17 +741,31 @@ EXERCISES: list[Exercise] = [
         "from mnist_helpers.models import Net, count_parameters\n\nanswer = ...  # MiB (2**20 bytes)",
         "from mnist_helpers.models import Net, count_parameters\n\n"
         "answer = count_parameters(Net()) * 4 * 4 / 2**20  # 4 tensors x 4 bytes per parameter"),
-    _ex("06-1", "What DistributedSampler counts",
-        "10,000 images, 3 ranks, `DistributedSampler` with its defaults (`drop_last=False`). How many images do the "
-        "3 ranks process in one epoch, all together? You may construct the samplers to find out.",
-        "check_distributed_sampler_total",
-        "from torch.utils.data import DistributedSampler\n\nanswer = ...  # images over all ranks",
-        "from torch.utils.data import DistributedSampler\n\n"
-        "answer = sum(len(DistributedSampler(range(10_000), num_replicas=3, rank=r)) for r in range(3))"),
-    _ex("06-2", "Different epochs",
-        "With `DistributedSampler(shuffle=True)` every epoch visits the images in the same order unless you make one "
-        "call per epoch. Give that line of code as a string.",
-        "check_set_epoch_call", "answer = ...  # e.g. \"sampler.something(...)\"", "answer = \"sampler.set_epoch(epoch)\""),
+    _ex("06-1", "Fix a DDP worker: the same order every epoch",
+        "`BUGGY_SAMPLER_WORKER` (print it) is a complete DDP script whose ranks draw the same first batch in every "
+        "epoch. Fix its text so that every epoch is shuffled anew; the check launches your script with torchrun on "
+        "2 processes and compares each rank's first batches.",
+        "check_set_epoch_fix",
+        "print(BUGGY_SAMPLER_WORKER)\nanswer = ...  # the fixed script, e.g. BUGGY_SAMPLER_WORKER.replace(old, new)",
+        "answer = BUGGY_SAMPLER_WORKER.replace(\"for epoch in range(3):\\n\",\n"
+        "                                      \"for epoch in range(3):\\n    sampler.set_epoch(epoch)\\n\")",
+        extra_import=", BUGGY_SAMPLER_WORKER"),
+    _ex("06-2", "Fix a DDP worker: both processes on GPU 0",
+        "`BUGGY_LOCAL_RANK_WORKER` reads its GPU index the article's way, from an argparse `--local_rank`. Under "
+        "torchrun both processes pick `cuda:0`. Fix the text (no GPU is needed: the script only names the device); "
+        "the check launches it on 2 processes.",
+        "check_local_rank_fix",
+        "print(BUGGY_LOCAL_RANK_WORKER)\nanswer = ...  # the fixed script",
+        "answer = BUGGY_LOCAL_RANK_WORKER.replace(\"import json\\n\", \"import json\\nimport os\\n\").replace(\n"
+        "    'device = f\"cuda:{args.local_rank}\"', 'device = f\"cuda:{int(os.environ[\\'LOCAL_RANK\\'])}\"')",
+        extra_import=", BUGGY_LOCAL_RANK_WORKER"),
+    _ex("06-3", "Predict, then measure: all-reduce calls per step",
+        "DDP does not all-reduce each of `Net`'s 8 parameter tensors separately. **Before running anything**, "
+        "predict how many all-reduce calls one training step makes with DDP's default `bucket_cap_mb=25`, and with "
+        "`bucket_cap_mb=1`. `Net` has 1,199,882 parameters (4.6 MiB of fp32 gradients), 1,179,648 of them in "
+        "`fc1.weight`. Answer as a pair; the check then counts the calls on 2 processes with a communication hook.",
+        "check_bucket_prediction", "answer = ...  # (calls at 25 MB, calls at 1 MB), e.g. (8, 8)",
+        "answer = (1, 2)  # 4.6 MiB fit one 25 MB bucket; at 1 MB fc1.weight closes a bucket, the rest form another"),
     _ex("07-1", "Scaling efficiency",
         "1 process trains at 1,000 img/s; 4 processes (same batch per process) at 3,200 img/s together. "
         "What is the scaling efficiency, as a fraction?",

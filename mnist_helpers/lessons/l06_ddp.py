@@ -116,3 +116,358 @@ def init_requirements(timeout: float = 120) -> dict:
 
 if __name__ == "__main__":
     print(json.dumps(_probe()))
+
+
+# --------------------------------------------------------------------------- launching from a notebook, with fork
+
+_FORK_AFTER_CUDA = r'''
+import json, torch, torch.multiprocessing as mp
+
+def child(rank):
+    torch.zeros(1, device="cuda")  # the child's first CUDA call
+
+torch.zeros(1, device="cuda")      # the parent (the notebook kernel) touched CUDA first
+try:
+    mp.start_processes(child, nprocs=1, start_method="fork")
+    print(json.dumps({"failed": False, "error": None}))
+except Exception as e:  # ProcessRaisedException carries the child's traceback
+    lines = [ln for ln in str(e).splitlines() if "Error" in ln or "CUDA" in ln]
+    print(json.dumps({"failed": True, "error": (lines or [str(e)])[-1].strip()}))
+'''
+
+
+def fork_after_cuda(timeout: float = 120) -> dict:
+    """The error fork-based notebook launchers (``accelerate.notebook_launcher``,
+    ``torch.multiprocessing.start_processes(..., start_method="fork")``) meet most: the kernel initialised CUDA,
+    then forked; the child's first CUDA call raises "Cannot re-initialize CUDA in forked subprocess".
+
+    Reproduced in a fresh Python process (so this kernel's CUDA stays untouched) when a CUDA GPU exists:
+    ``{"reproduced": True, "failed": bool, "error": str}``. Without one: ``{"reproduced": False, "why": ...}``."""
+    from mnist_helpers.distributed import cuda_gpus
+
+    if cuda_gpus() == 0:
+        return {"reproduced": False, "why": "no CUDA GPU here: the error needs CUDA initialised before the fork"}
+    proc = subprocess.run([sys.executable, "-c", _FORK_AFTER_CUDA], capture_output=True, text=True, timeout=timeout)
+    try:
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"reproduced": True, "failed": True, "error": (proc.stderr.strip().splitlines() or ["?"])[-1]}
+    return {"reproduced": True, **out}
+
+
+_FIND_INITIALIZER = r'''
+import importlib, json, os, sys, traceback
+import torch
+import torch.cuda
+
+calls = []
+_original = torch.cuda._lazy_init
+
+def _spy():
+    if not calls:  # where the first call to CUDA's lazy initialisation came from
+        calls.append([f"{f.filename}:{f.lineno} ({f.name})" for f in traceback.extract_stack()[:-1]])
+    return _original()
+
+torch.cuda._lazy_init = _spy
+rows = []
+for name in sys.argv[1:]:
+    before = len(calls)
+    try:
+        importlib.import_module(name)
+        error = None
+    except Exception as e:  # noqa: BLE001 - a module that fails to import is reported, not fatal
+        error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    called = len(calls) > before
+    torch_dir = os.path.dirname(torch.__file__) + os.sep  # torch's own frames (not torchvision's)
+    frames = [f for f in calls[0] if "importlib" not in f and "<frozen" not in f
+              and not f.startswith(torch_dir)] if called else []  # the caller outside torch
+    rows.append({"module": name, "touched_cuda": called or torch.cuda.is_initialized(),
+                 "cuda_initialized": torch.cuda.is_initialized(), "where": frames[-1] if frames else None,
+                 "import_error": error})
+print(json.dumps(rows))
+'''
+
+
+def find_cuda_initializer(modules: list[str], *, path: str | Path | None = None, timeout: float = 120) -> list[dict]:
+    """Import ``modules`` one after another in a fresh Python process and report, for each, whether its import
+    called CUDA's lazy initialisation (``torch.cuda._lazy_init``, which every CUDA call goes through) or left
+    CUDA initialised, and the file and line that called it first. A module that touches CUDA at import time
+    breaks fork-based launchers; import it inside the worker function instead.
+
+    ``path``: a folder put first on the child's ``sys.path`` (a notebook's own modules). On a machine without
+    a GPU the call is still caught (it then fails with "no NVIDIA driver", which the module may swallow)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        str(p) for p in (path, PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, "-c", _FIND_INITIALIZER, *modules], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the CUDA-initialiser probe failed:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- DataParallel vs DDP (>= 2 GPUs)
+
+DP_VS_DDP_WORKER = "mnist_helpers.workers.bench.allreduce"
+
+
+def _time_dp(model, X, y, *, steps: int, warmup: int, repeats: int, device) -> list[float]:
+    """DataParallel in this process: ``warmup`` steps, then ``repeats`` blocks of ``steps`` steps, each block
+    synchronised; seconds per step of every block (the same protocol as the DDP benchmark worker)."""
+    import time
+
+    from mnist_helpers.train import synchronize, train_step
+
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for _ in range(warmup):
+        train_step(model, opt, X, y)
+    blocks = []
+    for _ in range(repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            train_step(model, opt, X, y)
+        synchronize(device)
+        blocks.append((time.perf_counter() - t0) / steps)
+    return blocks
+
+
+def dp_vs_ddp(processes: int, *, batch_size: int = 128, steps: int = 20, warmup: int = 10, repeats: int = 5,
+              rounds: int = 2, device: str | None = None, model: str = "net", echo: bool = False) -> list[dict]:
+    """``nn.DataParallel`` (one process driving ``processes`` GPUs) against DDP (``processes`` processes, one GPU
+    each) at the same global batch (``batch_size`` per GPU), both warmed up with ``warmup`` steps and timed over
+    ``repeats`` blocks of ``steps`` steps (median), in ``rounds`` interleaved rounds. One row per method and round,
+    with its device. ``device``: ``comparison_device(processes)`` by default; on ``"cpu"`` DataParallel has no GPU
+    to split over and just calls the module (what the unit test exercises)."""
+    import statistics
+
+    from torch import nn
+
+    from mnist_helpers.distributed import comparison_device
+    from mnist_helpers.launch import torchrun
+    from mnist_helpers.models import build_model
+
+    device = device or comparison_device(processes)
+    dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    global_batch = batch_size * processes
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(global_batch, 1, 28, 28, generator=g).to(dev)
+    y = torch.randint(0, 10, (global_batch,), generator=g).to(dev)
+    torch.manual_seed(0)
+    dp = nn.DataParallel(build_model(model).to(dev))
+    common = {"device": device, "global_batch_size": global_batch, "warmup_steps": warmup, "timed_steps": steps,
+              "repeats": repeats}
+    rows = []
+    for r in range(rounds):
+        blocks = _time_dp(dp, X, y, steps=steps, warmup=warmup if r == 0 else 0, repeats=repeats, device=dev)
+        step_s = statistics.median(blocks)
+        rows.append({"round": r, "method": f"DataParallel, 1 process x {processes} "
+                                           f"{'GPUs' if device == 'cuda' else 'CPU (no split)'}",
+                     "processes": 1, **common, "step_s": step_s, "images_per_s": global_batch / step_s})
+        res = torchrun(DP_VS_DDP_WORKER, ["ddp", "--model", model, "--batch-size", batch_size, "--variants", "25:none",
+                                          "--steps", steps, "--repeats", repeats, "--warmup", warmup],
+                       nproc=processes, device=device, echo=echo, provision=False, timeout=600)
+        ddp = res["rows"][0]
+        rows.append({"round": r, "method": f"DDP, {processes} processes", "processes": processes, **common,
+                     "step_s": ddp["step_s"], "images_per_s": ddp["images_per_s"]})
+    return rows
+
+
+# --------------------------------------------------------------------------- the notebook's claims, from its runs
+
+GLOO = "CPU stand-in (gloo), not a GPU measurement"
+
+
+def _distinct(ranks: list[dict], key: str) -> int:
+    return len({r[key] for r in ranks})
+
+
+def epochs_differ(run: dict) -> bool:
+    """Every rank of a ``train_ddp.py`` run began each epoch with different images (``set_epoch`` worked)."""
+    return all(len({tuple(e) for e in r["first_indices"]}) == len(r["first_indices"]) for r in run["ranks"])
+
+
+def shards_disjoint(run: dict) -> bool:
+    """In every epoch of a ``train_ddp.py`` run the ranks' first images were different ones."""
+    epochs = len(run["ranks"][0]["first_indices"])
+    for e in range(epochs):
+        seen = [i for r in run["ranks"] for i in r["first_indices"][e]]
+        if len(seen) != len(set(seen)):
+            return False
+    return True
+
+
+def by_hand_summary(run: dict) -> dict:
+    """The manual all-reduce script's ranks, summarised: distinct digests and largest differences."""
+    ranks = run["ranks"]
+    return {"processes": run["world_size"],
+            "distinct_grads_before_reduce": _distinct(ranks, "grads_before_reduce"),
+            "distinct_grads_after_reduce": _distinct(ranks, "grads_after_reduce"),
+            "distinct_params_after_step": _distinct(ranks, "params_after_step"),
+            "distinct_params_without_reduce": _distinct(ranks, "params_after_step_without_reduce"),
+            "max_diff_vs_global_batch": max(r["max_diff_vs_global_batch"] for r in ranks),
+            "ddp_max_diff_vs_manual": max(r["ddp_max_diff_vs_manual"] for r in ranks)}
+
+
+def dp_vs_ddp_verdict(rows: list[dict]) -> str:
+    """``holds`` (DDP faster) or ``does not hold here`` when one method is faster in every round, else
+    ``inconclusive``; ``not testable here`` without rows (fewer than 2 GPUs) or on the CPU."""
+    if not rows or rows[0]["device"] != "cuda":
+        return "not testable here"
+    rounds = sorted({r["round"] for r in rows})
+    ratio = [next(r["step_s"] for r in rows if r["round"] == k and r["processes"] == 1)
+             / next(r["step_s"] for r in rows if r["round"] == k and r["processes"] > 1) for k in rounds]
+    if all(x > 1.05 for x in ratio):
+        return "holds"
+    if all(x < 1 / 1.05 for x in ratio):
+        return "does not hold here"
+    return "inconclusive"
+
+
+def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dict, demos: dict, demos_load,
+                  article: dict, spawn_run: dict, like_notebook: dict, backends: dict, dp_rows: list[dict],
+                  gpus: int, test_images: int, spawn_equals_torchrun: bool | None = None, folder=None):
+    """Every claim of 06, judged from the notebook's runs, into ``results/06_ddp_fundamentals.json``.
+
+    ``ddp_run``/``forgot_run``: the learner's ``train_ddp.py`` and its copy without ``set_epoch``; ``by_hand``:
+    ``{processes: allreduce_by_hand.py result}``; ``demos``: ``{processes: demos}`` of the demo workers;
+    ``dp_rows``: :func:`dp_vs_ddp`'s rows (empty with fewer than 2 GPUs). Returns the written ``ResultFile``."""
+    from mnist_helpers import claims
+
+    res = claims.ResultFile("06_ddp_fundamentals", profile=profile, folder=folder)
+    ma = {n: by_hand_summary(run) for n, run in by_hand.items()}
+    ns = sorted(ma)
+    allreduce_ok = all(ma[n]["distinct_params_after_step"] == 1 and ma[n]["max_diff_vs_global_batch"] < 1e-5
+                       and ma[n]["distinct_params_without_reduce"] == n for n in ns)
+    res.claim("06.allreduce_average", verdict="holds" if allreduce_ok else "does not hold here",
+              evidence=(f"after all_reduce/world_size: {max(ma[n]['distinct_params_after_step'] for n in ns)} distinct "
+                        f"replica(s) (without it: {ma[ns[0]]['distinct_params_without_reduce']} with {ns[0]} processes); "
+                        f"largest difference from the global batch's gradient "
+                        f"{max(ma[n]['max_diff_vs_global_batch'] for n in ns):.1e}"),
+              numbers={f"{k}_{n}": ma[n][k] for n in ns for k in ("distinct_params_after_step",
+                                                                   "distinct_params_without_reduce",
+                                                                   "max_diff_vs_global_batch")},
+              regime=f"Net, 32 images per process, one step, {' and '.join(map(str, ns))} processes, the "
+                     f"notebook's allreduce_by_hand.py; {GLOO}")
+    hooks_ok = all(ma[n]["ddp_max_diff_vs_manual"] < 1e-6 for n in ns)
+    res.claim("06.ddp_hooks", verdict="holds" if hooks_ok else "does not hold here",
+              evidence=f"DDP's gradients after a plain backward() vs the manual all-reduce: largest difference "
+                       f"{max(ma[n]['ddp_max_diff_vs_manual'] for n in ns):.1e}",
+              numbers={f"ddp_max_diff_vs_manual_{n}": ma[n]["ddp_max_diff_vs_manual"] for n in ns},
+              regime=f"Net, 32 images per process, one step, {' and '.join(map(str, ns))} processes; {GLOO}")
+    verdict = dp_vs_ddp_verdict(dp_rows)
+    if verdict == "not testable here":
+        res.claim("06.dp_vs_ddp", verdict=verdict, evidence=f"DataParallel needs >= 2 GPUs; this machine has {gpus}",
+                  numbers={"gpus": gpus}, regime="needs >= 2 GPUs")
+    else:
+        import statistics
+        dp = statistics.median(r["images_per_s"] for r in dp_rows if r["processes"] == 1)
+        dd = statistics.median(r["images_per_s"] for r in dp_rows if r["processes"] > 1)
+        first = dp_rows[0]
+        res.claim("06.dp_vs_ddp", verdict=verdict,
+                  evidence=f"DataParallel {dp:,.0f} vs DDP {dd:,.0f} images/s (medians over rounds)",
+                  numbers={"dp_images_per_s": dp, "ddp_images_per_s": dd, "gpus": gpus},
+                  regime=(f"Net, batch {first['global_batch_size'] // gpus} per GPU, {gpus} GPUs, {first['warmup_steps']} "
+                          f"warm-up + {first['repeats']} x {first['timed_steps']} timed steps each, "
+                          f"{len({r['round'] for r in dp_rows})} interleaved rounds"))
+    sm = {n: demos[n]["sampler"]["summary"] for n in sorted(demos)}
+    shards_ok = all(s["covered"] == 60_000 and s["overlapping"] == 0 for s in sm.values()) and shards_disjoint(ddp_run)
+    res.claim("06.distributed_sampler", verdict="holds" if shards_ok else "does not hold here",
+              evidence=(f"{' and '.join(str(n) for n in sm)} ranks: "
+                        f"{' and '.join(format(s['covered'], ',') for s in sm.values())} "
+                        f"images covered, overlapping {' and '.join(str(s['overlapping']) for s in sm.values())}; "
+                        f"your train_ddp.py: the ranks' first images disjoint in every epoch {shards_disjoint(ddp_run)}"),
+              numbers={**{f"covered_{n}": s["covered"] for n, s in sm.items()},
+                       **{f"overlapping_{n}": s["overlapping"] for n, s in sm.items()}},
+              regime=f"MNIST training set (60,000), DistributedSampler over 3 epochs; the notebook's train_ddp.py; {GLOO}")
+    set_epoch_ok = (all(s["same_order_without_set_epoch"] == 1.0 and s["same_order_with_set_epoch"] < 0.01
+                        for s in sm.values()) and epochs_differ(ddp_run) and not epochs_differ(forgot_run))
+    res.claim("06.set_epoch", verdict="holds" if set_epoch_ok else "does not hold here",
+              evidence=(f"same position, same image in consecutive epochs: without set_epoch "
+                        f"{min(s['same_order_without_set_epoch'] for s in sm.values()):.0%}, with it "
+                        f"{max(s['same_order_with_set_epoch'] for s in sm.values()):.3%}; your train_ddp.py without "
+                        f"its set_epoch line began every epoch alike: {not epochs_differ(forgot_run)}"),
+              numbers={**{f"same_order_without_{n}": s["same_order_without_set_epoch"] for n, s in sm.items()},
+                       **{f"same_order_with_{n}": s["same_order_with_set_epoch"] for n, s in sm.items()}},
+              regime="DistributedSampler(shuffle=True), 60,000 images, 2 and 3 ranks, 3 epochs; the notebook's "
+                     "train_ddp.py with and without set_epoch, 2 epochs")
+    article_replicas = len({r["param_digest"] for r in article["ranks"]})
+    spawn_fails = like_notebook["returncode"] != 0 and "Can't get attribute" in (like_notebook["child_error"] or "")
+    spawn_ok = article_replicas == 1 and spawn_run["world_size"] == 2
+    res.claim("06.mp_spawn", verdict=("holds with nuance" if spawn_ok and spawn_fails else "holds" if spawn_ok
+                                      else "does not hold here"),
+              evidence=(f"the article's script (mp.spawn, 2 processes) ran, {article_replicas} distinct replica(s); "
+                        f"mp.spawn of a notebook function: {'fails' if spawn_fails else 'works'} (exit code "
+                        f"{like_notebook['returncode']}): workers must live in a file, or be forked"),
+              numbers={"article_distinct_replicas": article_replicas,
+                       "notebook_spawn_returncode": like_notebook["returncode"],
+                       "article_steps_per_epoch": article["ranks"][0]["steps"]},
+              regime=f"the article's 5.2 script as a subprocess, free port; {GLOO}")
+    lr = demos[2]["local_rank_bug"]["summary"]
+    local_rank_bug = (not lr["any_local_rank_argument"]) and lr["article_distinct_devices"] == 1
+    res.claim("06.local_rank_arg", verdict="wrong" if local_rank_bug else "holds",
+              evidence=(f"torchrun passed --local_rank to {int(lr['any_local_rank_argument'])} process(es); the "
+                        f"article's parser gave {lr['article_distinct_devices']} distinct device(s) for 2 processes"),
+              numbers={"article_distinct_devices": lr["article_distinct_devices"],
+                       "local_rank_arguments": int(lr["any_local_rank_argument"])},
+              regime="the article's argparse under torchrun --nproc-per-node=2 (device names computed, no GPU needed)")
+    env_vars = set(lr["env_set_by_torchrun"])
+    res.claim("06.torchrun_env",
+              verdict="holds" if {"MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"} <= env_vars
+              else "does not hold here",
+              evidence=f"set by torchrun in every process: {', '.join(sorted(env_vars))}",
+              numbers={"variables": len(env_vars)}, regime="torchrun --standalone --nproc-per-node=2")
+    sd = demos[2]["seeding"]["summary"]
+    seeding_ok = sd["distinct_weights_after_ddp"] == 1 and sd["distinct_augmentation_same_seed"] == 1
+    res.claim("06.same_seed", verdict=("holds with nuance" if seeding_ok and sd["distinct_weights_before_ddp"] > 1
+                                       else "does not hold here"),
+              evidence=(f"different seeds: {sd['distinct_weights_before_ddp']} distinct initial weights before DDP, "
+                        f"{sd['distinct_weights_after_ddp']} after (DDP broadcasts rank 0's); same seed: "
+                        f"{sd['distinct_augmentation_same_seed']} augmentation stream(s) for 2 ranks, seed + rank: "
+                        f"{sd['distinct_augmentation_per_rank_seed']}"),
+              numbers={k: sd[k] for k in ("distinct_weights_before_ddp", "distinct_weights_after_ddp",
+                                          "distinct_augmentation_same_seed", "distinct_augmentation_per_rank_seed")},
+              regime="Net built with per-rank seeds, 2 processes; random pixel shifts as the augmentation")
+    sb = demos[2]["syncbn"]["summary"]
+    syncbn_ok = (sb["running_stats_spread_plain"] > 1e-4 and sb["running_stats_spread_sync"] < 1e-6
+                 and sb["sync_vs_single_process"] < 1e-9 and sb["plain_vs_single_process"] > 1e-3)
+    res.claim("06.syncbn", verdict="holds" if syncbn_ok else "does not hold here",
+              evidence=(f"running-stat spread plain {sb['running_stats_spread_plain']:.1e} vs synced "
+                        f"{sb['running_stats_spread_sync']:.1e}; one step (outputs, input and weight grads) vs 1 "
+                        f"process: plain {sb['plain_vs_single_process']:.1e}, synced {sb['sync_vs_single_process']:.1e}"),
+              numbers={k: sb[k] for k in ("running_stats_spread_plain", "running_stats_spread_sync",
+                                          "plain_vs_single_process", "sync_vs_single_process")},
+              regime=f"NetBN, 32 images per process, 2 processes, {sb['steps']} steps, one-step comparison in "
+                     f"float64; {sb['sync_impl'].split(' (')[0]}; {GLOO}")
+    val = {n: demos[n]["validation"]["summary"] for n in sorted(demos) if "validation" in demos[n]}
+    waits = {n: v["others_wait_fraction"] for n, v in val.items()}
+    res.claim("06.rank0_eval_waits",
+              verdict=claims.busy_verdict(demos_load) or ("holds" if min(waits.values()) > 0.5
+                                                          else "does not hold here"),
+              evidence=" and ".join(f"{n} processes: the others waited {w:.1%}" for n, w in waits.items())
+              + " of the time while rank 0 scored 10,000 images",
+              numbers={f"others_wait_share_{n}": w for n, w in waits.items()},
+              regime=f"FastNet(width=8), 10,000 test images, one run each; {GLOO}", contention=demos_load)
+    v3 = val[max(val)]
+    pads = v3["sampler_count"] > v3["test_images"] and v3["exact_count"] == v3["test_images"] and v3["exact_equals_single"]
+    yours = ddp_run["count"] == test_images
+    res.claim("06.distributed_validation", verdict="holds with nuance" if pads and yours else "holds",
+              evidence=(f"{v3['world_size']} ranks: DistributedSampler counts {v3['sampler_count']:,} images (padded), "
+                        f"the exact method {v3['exact_count']:,} with the single process's accuracy "
+                        f"{v3['exact_acc']:.2%}; your train_ddp.py counted {ddp_run['count']:,} of {test_images:,}"),
+              numbers={"sampler_count": v3["sampler_count"], "exact_count": v3["exact_count"],
+                       "exact_acc": v3["exact_acc"], "your_count": ddp_run["count"], "test_images": test_images},
+              regime=f"FastNet(width=8), 10,000 test images, {v3['world_size']} processes; the notebook's "
+                     f"train_ddp.py (every world_size-th image per rank); {GLOO}")
+    joins = backends["env_steps"]["+ MASTER_PORT"].startswith("ok")
+    nccl_gpu_only = backends["cuda_devices"] > 0 or "only supported with GPUs" in backends["nccl"]
+    res.claim("06.nccl_gloo", verdict="holds" if nccl_gpu_only and joins else "does not hold here",
+              evidence=(f"gloo on the CPU: {'joins' if joins else 'fails'}; nccl with {backends['cuda_devices']} CUDA "
+                        f"device(s): {'joins' if backends['nccl'].startswith('ok') else 'refused (needs GPUs)'}"),
+              numbers={"cuda_devices": backends["cuda_devices"]},
+              regime="init_process_group in a fresh process, world of one")
+    res.extra["spawn_equals_torchrun"] = spawn_equals_torchrun
+    unsourced = {c["id"]: claims.unsourced_numbers(c) for c in res.claims.values() if claims.unsourced_numbers(c)}
+    if unsourced:
+        raise claims.ClaimError(f"evidence quotes numbers that are not in numbers=: {unsourced}")
+    res.write()
+    return res

@@ -1,0 +1,205 @@
+"""Notebook 06 (issue 38): the learner writes DDP in cells and launches it; what the cells rely on is tested here.
+
+The scripts are taken from the notebook's own ``%%writefile`` cells, so a change there that breaks DDP (a forgotten
+``set_epoch``, an evaluation that counts an image twice, an unmarked change) fails here, not only under nbmake.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mnist_helpers import distributed
+from mnist_helpers.launch import torchrun
+from mnist_helpers.lessons import l06_ddp as l06
+from mnist_helpers.tools import progression
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOK = REPO / "notebooks" / "06_ddp_fundamentals.ipynb"
+
+
+def writefile_cells() -> dict[str, str]:
+    """{file name: text} of every ``%%writefile work/NAME`` cell of notebook 06."""
+    out = {}
+    for cell in json.loads(NOTEBOOK.read_text())["cells"]:
+        src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+        if cell["cell_type"] == "code" and src.startswith("%%writefile work/"):
+            first, _, body = src.partition("\n")
+            out[first.split("work/", 1)[1].strip()] = body + "\n"
+    return out
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("work")
+    for name, text in writefile_cells().items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def test_the_learner_writes_ddp_in_cells_and_launches_it():
+    cells = writefile_cells()
+    assert {"train_single.py", "train_ddp.py", "allreduce_by_hand.py"} <= set(cells)
+    ddp = cells["train_ddp.py"]
+    for needed in ("init_process_group", "DistributedSampler(", "DDP(", "set_epoch(", 'os.environ["LOCAL_RANK"]',
+                   "destroy_process_group"):
+        assert needed in ddp, f"train_ddp.py lacks {needed}"
+    assert "--local_rank" not in ddp
+    assert "all_reduce" in cells["allreduce_by_hand.py"] and "DDP(" in cells["allreduce_by_hand.py"]
+    code = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    assert 'torchrun("work/train_ddp.py"' in code and 'torchrun("work/allreduce_by_hand.py"' in code
+    assert "start_method=\"fork\"" in code, "section 6 runs a fork-based launcher"
+    assert "!torchrun" not in code
+
+
+def test_every_change_from_single_to_ddp_is_marked_once(work):
+    single, ddp = (progression.code_lines(work / n) for n in ("train_single.py", "train_ddp.py"))
+    assert progression.unmarked_changes(single, ddp, "# DDP:") == []
+    assert progression.diff_counts(single, ddp)["blocks"] >= 6
+    assert len((work / "train_ddp.py").read_text().splitlines()) <= 110, "a short script the learner reads whole"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_cell_written_ddp_script_trains_shards_and_counts_exactly(work, mnist_root):
+    args = ["--epochs", 2, "--subset", 512, "--test-images", 301, "--device", "cpu", "--batch-size", 32]
+    run = torchrun(str(work / "train_ddp.py"), args, nproc=2, device="cpu", echo=False, timeout=240)
+    assert run["world_size"] == 2 and run["backend"] == "gloo"
+    assert run["count"] == 301, "every test image scored once (301 is odd: a padded sampler would give 302)"
+    assert len({r["digest"] for r in run["ranks"]}) == 1, "DDP keeps the replicas bit-identical"
+    assert [r["shard_size"] for r in run["ranks"]] == [256, 256]
+    assert l06.epochs_differ(run) and l06.shards_disjoint(run)
+    source = (work / "train_ddp.py").read_text()
+    forgot = work / "forgot.py"
+    forgot.write_text("\n".join("# " + ln if "sampler.set_epoch(" in ln else ln for ln in source.splitlines()))
+    run2 = torchrun(str(forgot), args, nproc=2, device="cpu", echo=False, timeout=240)
+    assert not l06.epochs_differ(run2), "without set_epoch every epoch starts alike"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_allreduce_by_hand_matches_the_global_batch_and_ddp(work, mnist_root):
+    run = torchrun(str(work / "allreduce_by_hand.py"), nproc=2, device="cpu", echo=False, timeout=240)
+    s = l06.by_hand_summary(run)
+    assert s["distinct_grads_before_reduce"] == 2 and s["distinct_grads_after_reduce"] == 1
+    assert s["distinct_params_after_step"] == 1 and s["distinct_params_without_reduce"] == 2
+    assert s["max_diff_vs_global_batch"] < 1e-5 and s["ddp_max_diff_vs_manual"] < 1e-6
+
+
+# --------------------------------------------------------------------------- one device per comparison
+
+@pytest.mark.parametrize("gpus, procs, want", [(0, 1, "cpu"), (0, 2, "cpu"), (1, 1, "cuda"), (1, 2, "cpu"),
+                                                (2, 2, "cuda"), (2, 3, "cpu")])
+def test_comparison_device_never_mixes(gpus, procs, want, monkeypatch):
+    monkeypatch.setattr(distributed, "cuda_gpus", lambda: gpus)
+    assert distributed.comparison_device(procs) == want
+    assert distributed.comparison_device(procs, gpus=gpus) == want
+
+
+def test_notebook_06_uses_one_device_for_its_comparison():
+    code = "".join("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code")
+    assert "DEVICE = comparison_device(2)" in code
+    assert code.count("device=DEVICE") >= 2 and '"--device", DEVICE' in code
+
+
+# --------------------------------------------------------------------------- fork launchers and CUDA
+
+def test_fork_after_cuda_says_why_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(distributed, "cuda_gpus", lambda: 0)
+    out = l06.fork_after_cuda()
+    assert out == {"reproduced": False, "why": out["why"]} and "no CUDA GPU" in out["why"]
+
+
+def test_find_cuda_initializer_names_the_module_and_line(tmp_path):
+    (tmp_path / "touches_cuda.py").write_text(
+        "import torch\ntry:\n    torch.cuda.current_device()\nexcept (RuntimeError, AssertionError):\n    pass\n")
+    (tmp_path / "innocent.py").write_text("import torch\nX = torch.zeros(2)\n")
+    rows = {r["module"]: r for r in l06.find_cuda_initializer(["innocent", "touches_cuda", "no_such_module"],
+                                                             path=tmp_path)}
+    assert rows["innocent"]["touched_cuda"] is False and rows["innocent"]["where"] is None
+    assert rows["touches_cuda"]["touched_cuda"] is True
+    assert "touches_cuda.py:3" in rows["touches_cuda"]["where"]
+    assert rows["no_such_module"]["import_error"].startswith("ModuleNotFoundError")
+
+
+# --------------------------------------------------------------------------- DataParallel vs DDP
+
+def test_dp_vs_ddp_verdict_from_rounds():
+    def rows(dp_s, ddp_s, device="cuda"):
+        out = []
+        for k, (a, b) in enumerate(zip(dp_s, ddp_s)):
+            out += [{"round": k, "processes": 1, "step_s": a, "device": device},
+                    {"round": k, "processes": 2, "step_s": b, "device": device}]
+        return out
+    assert l06.dp_vs_ddp_verdict([]) == "not testable here"
+    assert l06.dp_vs_ddp_verdict(rows([2, 2], [1, 1], device="cpu")) == "not testable here"
+    assert l06.dp_vs_ddp_verdict(rows([2.0, 2.1], [1.0, 1.1])) == "holds"
+    assert l06.dp_vs_ddp_verdict(rows([1.0, 1.0], [2.0, 2.0])) == "does not hold here"
+    assert l06.dp_vs_ddp_verdict(rows([2.0, 1.0], [1.0, 2.0])) == "inconclusive"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_dp_and_ddp_are_warmed_up_and_timed_over_the_same_steps(mnist_root):
+    rows = l06.dp_vs_ddp(2, batch_size=8, steps=2, warmup=1, repeats=2, rounds=1, device="cpu")
+    assert [r["processes"] for r in rows] == [1, 2]
+    assert {(r["device"], r["global_batch_size"], r["warmup_steps"], r["timed_steps"], r["repeats"])
+            for r in rows} == {("cpu", 16, 1, 2, 2)}
+    assert all(r["step_s"] > 0 and r["images_per_s"] > 0 for r in rows)
+
+
+# --------------------------------------------------------------------------- the claims, out of the cells
+
+def _synthetic(*, set_epoch_works=True, reduce_works=True):
+    ranks = [{"rank": r, "shard_size": 100, "steps_per_epoch": 2, "digest": "d",
+              "first_indices": [[r, 10 + r], [20 + r, 30 + r] if set_epoch_works else [r, 10 + r]]} for r in (0, 1)]
+    ddp_run = {"world_size": 2, "count": 1000, "ranks": ranks}
+    forgot = {"world_size": 2, "count": 1000, "ranks": [{**r, "first_indices": [[r["rank"]], [r["rank"]]]}
+                                                         for r in ranks]}
+
+    def hand(n):
+        return {"world_size": n, "ranks": [{"rank": r, "grads_before_reduce": f"b{r}", "grads_after_reduce": "a",
+                                            "params_after_step": "p" if reduce_works else f"p{r}",
+                                            "params_after_step_without_reduce": f"q{r}",
+                                            "max_diff_vs_global_batch": 1e-8, "ddp_max_diff_vs_manual": 1e-9}
+                                           for r in range(n)]}
+    sampler = {"covered": 60_000, "overlapping": 0, "same_order_without_set_epoch": 1.0,
+               "same_order_with_set_epoch": 0.0001}
+    demos = {2: {"sampler": {"summary": sampler},
+                 "local_rank_bug": {"summary": {"any_local_rank_argument": False, "article_distinct_devices": 1,
+                                                "env_set_by_torchrun": ["MASTER_ADDR", "MASTER_PORT", "RANK",
+                                                                        "LOCAL_RANK", "WORLD_SIZE"]}},
+                 "seeding": {"summary": {"distinct_weights_before_ddp": 2, "distinct_weights_after_ddp": 1,
+                                         "distinct_augmentation_same_seed": 1,
+                                         "distinct_augmentation_per_rank_seed": 2}},
+                 "syncbn": {"summary": {"running_stats_spread_plain": 1e-2, "running_stats_spread_sync": 1e-8,
+                                        "plain_vs_single_process": 1e-2, "sync_vs_single_process": 1e-12,
+                                        "steps": 3, "sync_impl": "CpuSyncBatchNorm (gloo)"}}},
+             3: {"sampler": {"summary": sampler},
+                 "validation": {"summary": {"world_size": 3, "test_images": 10_000, "others_wait_fraction": 0.9,
+                                            "sampler_count": 10_002, "exact_count": 10_000, "exact_acc": 0.9,
+                                            "exact_equals_single": True}}}}
+    article = {"ranks": [{"param_digest": "x", "steps": 3}, {"param_digest": "x", "steps": 3}]}
+    return dict(ddp_run=ddp_run, forgot_run=forgot, by_hand={2: hand(2), 3: hand(3)}, demos=demos, demos_load=None,
+                article=article, spawn_run={"world_size": 2}, like_notebook={"returncode": 1,
+                                                                             "child_error": "Can't get attribute"},
+                backends={"env_steps": {"+ MASTER_PORT": "ok: rank 0 of 1"}, "nccl": "only supported with GPUs",
+                          "cuda_devices": 0},
+                dp_rows=[], gpus=0, test_images=1000)
+
+
+def test_claims_come_out_of_the_lesson_module(tmp_path):
+    res = l06.record_claims("quick", folder=tmp_path, **_synthetic())
+    verdicts = {c["id"]: c["verdict"] for c in res.claims.values()}
+    assert verdicts["06.set_epoch"] == "holds" and verdicts["06.allreduce_average"] == "holds"
+    assert verdicts["06.dp_vs_ddp"] == "not testable here"
+    assert verdicts["06.distributed_validation"] == "holds with nuance"
+    assert (tmp_path / "06_ddp_fundamentals.json").is_file()
+
+
+def test_claims_can_come_out_the_other_way(tmp_path):
+    verdicts = {c["id"]: c["verdict"] for c in l06.record_claims(
+        "quick", folder=tmp_path, **_synthetic(set_epoch_works=False, reduce_works=False)).claims.values()}
+    assert verdicts["06.set_epoch"] == "does not hold here"
+    assert verdicts["06.allreduce_average"] == "does not hold here"
