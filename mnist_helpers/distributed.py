@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mnist_helpers.errors import ConfigError, PortInUseError
+from mnist_helpers.errors import ConfigError, PortInUseError, SnapshotError
 
 
 @dataclass(frozen=True)
@@ -215,6 +215,43 @@ def gather_objects(obj) -> list:
     out = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def agree_on_snapshot(path) -> bool:
+    """Does this run resume from ``path``? The same answer on every rank, or SnapshotError on every rank.
+
+    Rank 0 alone writes the snapshot, so on nodes that share no filesystem only rank 0's node has it: ranks that
+    each asked ``path.exists()`` would split, some resuming and some starting afresh (wrong training, or a hang in
+    mismatched collectives). So every rank says what it sees (``train.snapshot_seen``: no file, or the snapshot's
+    step and a hash of its bytes) and one ``all_gather_object`` shows every rank all the answers: True when all see
+    the same file, False when none sees one, otherwise the same SnapshotError everywhere, naming which ranks see
+    what. (The other remedy, rank 0 loading and broadcasting the state, would hide a missing snapshot from a rank 0
+    that moved to another node after a restart: that run would silently start from scratch.)"""
+    from mnist_helpers.train import snapshot_seen
+
+    views = gather_objects(snapshot_seen(path))
+    if all(v == views[0] for v in views):
+        return views[0] is not None
+    raise snapshot_disagreement(path, views)
+
+
+def snapshot_disagreement(path, views: list) -> SnapshotError:
+    """The error for ranks that see different files at ``path`` (``views[rank]``: None or (steps, sha256))."""
+    groups: dict = {}
+    for rank, view in enumerate(views):
+        groups.setdefault(view, []).append(rank)
+
+    def seen(view) -> str:
+        if view is None:
+            return "no file"
+        steps, digest = view
+        return (f"a snapshot of step {steps}" if steps >= 0 else "an unreadable file") + f" (sha256 {digest})"
+
+    said = "; ".join(f"rank{'s' if len(r) > 1 else ''} {', '.join(map(str, r))}: {seen(v)}" for v, r in groups.items())
+    return SnapshotError(f"--snapshot {path} is not the same file on every rank ({said}); rank 0 alone writes it, "
+                         "so the nodes must share the folder (or a file written moments ago is not visible yet)",
+                         "put --snapshot on a filesystem every node shares (a Kubernetes volume, the cluster's "
+                         "shared home), or copy the same file to every node")
 
 
 def exit_now(code: int = 0) -> None:

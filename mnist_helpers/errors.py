@@ -58,7 +58,8 @@ class PathError(UsageError):
 
 
 class SnapshotError(UsageError):
-    """A ``--snapshot`` file that this run must not load: not written by the series, or by another configuration."""
+    """A ``--snapshot`` file that this run must not load: not written by the series, by another configuration, or
+    not the same file on every rank (nodes that share no filesystem)."""
 
 
 class PortInUseError(UsageError):

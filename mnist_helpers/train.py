@@ -296,8 +296,11 @@ SNAPSHOT_FORMAT = "mnist-scale-lab snapshot"
 SNAPSHOT_VERSION = 1
 SNAPSHOT_KEYS = ("model", "optimizer", "epoch", "steps", "history", "rng")
 # What a resumed run must share with the run that saved: the model and optimizer state's shapes, the
-# batches it sees (batch size, processes, subset, seed) and the scaler. num_epochs may grow (train longer).
+# batches it sees (batch size, processes, subset, seed) and the scaler. num_epochs may grow (train longer)...
 RUN_KEYS = ("model", "optimizer", "scheduler", "amp", "batch_size", "grad_accum", "subset", "seed")
+# ...unless the learning rate follows a schedule over the whole run: OneCycleLR's total_steps is fixed when the run
+# starts (steps per epoch x num_epochs, at most max_steps), and its saved state keeps the old horizon.
+HORIZON_KEYS = {"onecycle": ("num_epochs", "max_steps")}
 _RUN_FLAGS = {"world_size": "processes"}
 
 
@@ -307,7 +310,16 @@ def _not_ours(path: Path, why: str) -> SnapshotError:
 
 
 def _run_settings(cfg: TrainConfig, world_size: int) -> dict:
-    return {**{k: getattr(cfg, k) for k in RUN_KEYS}, "world_size": world_size}
+    horizon = HORIZON_KEYS.get(cfg.scheduler, ())
+    return {**{k: getattr(cfg, k) for k in (*RUN_KEYS, *horizon)}, "world_size": world_size}
+
+
+def _flag(key: str, value) -> str:
+    """The command-line spelling of one setting: ``--epochs 2``, ``--batch-size 64``, ``2 processes``."""
+    if key == "world_size":
+        return f"{value} processes"
+    meta = next((f.metadata for f in dataclasses.fields(TrainConfig) if f.name == key), {})
+    return f"--{meta.get('flag', key).replace('_', '-')} {value}"
 
 
 def save_snapshot(snap: dict, path, cfg: TrainConfig, world_size: int = 1):
@@ -319,16 +331,22 @@ def save_snapshot(snap: dict, path, cfg: TrainConfig, world_size: int = 1):
                         "run": _run_settings(cfg, world_size)}, path)
 
 
-def load_snapshot(path, cfg: TrainConfig, world_size: int = 1, device="cpu") -> dict:
+def load_snapshot(path, cfg: TrainConfig, world_size: int = 1) -> dict:
     """Load a snapshot with ``torch.load(weights_only=True)`` (never code) and validate it before use.
+
+    Always onto the CPU, whatever device the run trains on: the RNG states must be CPU tensors
+    (``torch.set_rng_state`` refuses any other), and ``load_state_dict`` of the model and the optimizer copies
+    each value to the device of the parameter it belongs to.
 
     SnapshotError when the file is not a torch file, holds anything but tensors and plain values, lacks the
     series' format tag, version or keys, or was written by a run with other settings (each difference
     named, e.g. ``batch_size: snapshot 64, this run 128``), instead of a shape error deep in load_state_dict.
+    With ``--scheduler onecycle`` the horizon (``num_epochs``, ``max_steps``) is such a setting: the schedule
+    cannot be stretched, so "train N more epochs" works only with ``--scheduler none``.
     """
     path = Path(path)
     try:
-        snap = torch.load(path, map_location=device, weights_only=True)
+        snap = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any failure to read means: not ours (torch's own text suggests unsafe loading)
         text = str(e)
         why = ("it holds objects other than tensors and plain values" if "global" in text.lower()
@@ -344,15 +362,43 @@ def load_snapshot(path, cfg: TrainConfig, world_size: int = 1, device="cpu") -> 
     missing = [k for k in SNAPSHOT_KEYS if k not in snap]
     if missing or not isinstance(snap.get("run"), dict):
         raise _not_ours(path, f"missing {', '.join(missing) or 'run'}")
-    diffs = [(k, snap["run"].get(k), v) for k, v in _run_settings(cfg, world_size).items() if snap["run"].get(k) != v]
+    saved = snap["run"]
+    horizon = HORIZON_KEYS.get(cfg.scheduler, ())
+    # The horizon is compared when both runs use that scheduler (else the scheduler's own difference says it all) and
+    # the snapshot recorded it (snapshots written before it was recorded: not compared).
+    skip = [k for k in horizon if saved.get("scheduler") != cfg.scheduler or k not in saved]
+    diffs = [(k, saved.get(k), v) for k, v in _run_settings(cfg, world_size).items()
+             if k not in skip and saved.get(k) != v]
     if diffs:
         said = "; ".join(f"{_RUN_FLAGS.get(k, k)}: snapshot {a!r}, this run {b!r}" for k, a, b in diffs)
-        flags = ", ".join(f"{a} processes" if k == "world_size" else f"--{k.replace('_', '-')} {a}"
-                          for k, a, _ in diffs)
-        raise SnapshotError(f"--snapshot {path} was written by a run with other settings ({said})",
+        flags = ", ".join(_flag(k, a) for k, a, _ in diffs)
+        why = ""
+        if any(k in horizon for k, _, _ in diffs):
+            why = (f"; the {cfg.scheduler} learning-rate schedule spans the whole run (its length was fixed by "
+                   "--epochs and --max-steps when the run started), so a snapshot cannot train on past it: only "
+                   "--scheduler none trains more epochs from a snapshot")
+        raise SnapshotError(f"--snapshot {path} was written by a run with other settings ({said}){why}",
                             f"resume with the snapshot's settings ({flags}), point --snapshot at another file, "
                             f"or delete it (rm {path}) to start from scratch")
     return snap
+
+
+def snapshot_seen(path) -> tuple[int, str] | None:
+    """What this process sees at ``path``: None when there is no file, else (the snapshot's optimizer steps, the
+    sha256 of its bytes; steps -1 when the file is unreadable, which ``load_snapshot`` then explains).
+    ``distributed.agree_on_snapshot`` compares it across ranks."""
+    import hashlib
+    import io
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    data = path.read_bytes()
+    try:
+        steps = int(torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)["steps"])
+    except Exception:  # noqa: BLE001 - not a snapshot of ours: load_snapshot names the problem
+        steps = -1
+    return steps, hashlib.sha256(data).hexdigest()[:16]
 
 
 def check_run(cfg: TrainConfig, world_size: int = 1, out=None, snapshot=None) -> None:

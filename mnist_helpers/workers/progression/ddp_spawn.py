@@ -80,8 +80,9 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
-        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)  # DDP: same world size
+        # weights_only=True (loading can never execute code), onto the CPU (where RNG states live; load_state_dict
+        # moves the rest to the model's device), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size)  # DDP: same world size
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])

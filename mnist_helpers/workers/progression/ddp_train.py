@@ -23,8 +23,9 @@ plain Python the script is a world of one without a process group. Launch it fro
         --rdzv-id=mnist1 -m mnist_helpers.workers.progression.ddp_train --epochs 1
 
 Every ``TrainConfig`` field is a flag (``--batch-size`` is per process). Extra flags:
-``--out PATH`` (rank 0 writes the results JSON), ``--snapshot PATH`` (saved atomically after every
-epoch; a restarted job resumes from it), ``--backend``, ``--timeout`` (seconds for collectives).
+``--out PATH`` (rank 0 writes the results JSON), ``--snapshot PATH`` (saved atomically by rank 0 after every
+epoch; a restarted job resumes from it; with several nodes it must be on a filesystem they all share: ranks that
+see different files all stop with a SnapshotError), ``--backend``, ``--timeout`` (seconds for collectives).
 Workers never download: the launcher provisions MNIST first (``make data`` by hand).
 """
 from __future__ import annotations
@@ -58,8 +59,8 @@ from mnist_helpers.train import (TrainConfig, Training, build_training, check_ru
 from mnist_helpers.data import mnist_datasets
 from mnist_helpers.distributed import DistContext, choose_backend, evaluate_exact, gather_objects, wait_for_peers
 # torchrun: no free port to pick (torchrun's rendezvous did); the core's checks with a clear message for a missing
-# GPU or a taken port, and its world-of-one set-up for `python -m` without torchrun.
-from mnist_helpers.distributed import check_nccl, init_distributed, port_in_use
+# GPU, a taken port or a snapshot that not every node sees, and its world-of-one set-up for `python -m` alone.
+from mnist_helpers.distributed import agree_on_snapshot, check_nccl, init_distributed, port_in_use
 
 
 class Trainer:
@@ -81,7 +82,8 @@ class Trainer:
             ids = [ctx.device.index] if ctx.device.type == "cuda" else None  # this process's GPU; None on CPU
             self.tr.model = DDP(self.module, device_ids=ids)
         self.epochs_run, self.steps_run, self.history = 0, 0, []
-        if snapshot is not None and snapshot.exists():
+        # torchrun: nodes may share no filesystem: resume only if every rank sees the same snapshot (else all stop)
+        if snapshot is not None and agree_on_snapshot(snapshot):
             self._load_snapshot()
 
     def _restore_state(self, snap: dict) -> None:
@@ -96,8 +98,9 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
-        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)  # DDP: same world size
+        # weights_only=True (loading can never execute code), onto the CPU (where RNG states live; load_state_dict
+        # moves the rest to the model's device), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size)  # DDP: same world size
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])

@@ -101,7 +101,7 @@ class FaultTolerantTrainer(Trainer):
 
     def _load_snapshot(self) -> None:
         # weights_only=True, then the format and this run's settings (world size included) are checked
-        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size, self.tr.device)
+        snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size)
         self._restore_state(snap)  # ddp_train's: model, optimizer, scheduler, scaler, counters, history
         self.step_in_epoch, self.partial = snap["step_in_epoch"], dict(snap["partial"])
         _set_rng_state(snap["rng"][self.ctx.rank])  # one state per rank: load_snapshot refused another world size

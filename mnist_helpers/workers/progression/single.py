@@ -63,8 +63,9 @@ class Trainer:
         self.history = json.loads(snap["history"])
 
     def _load_snapshot(self) -> None:
-        # weights_only=True (loading can never execute code), then the format and this run's settings are checked.
-        snap = load_snapshot(self.snapshot, self.cfg, 1, self.tr.device)
+        # weights_only=True (loading can never execute code), onto the CPU (where RNG states live; load_state_dict
+        # moves the rest to the model's device), then the format and this run's settings are checked.
+        snap = load_snapshot(self.snapshot, self.cfg, 1)
         self._restore_state(snap)
         torch.set_rng_state(snap["rng"]["torch"])
         random.setstate(snap["rng"]["python"])
