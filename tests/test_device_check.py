@@ -63,6 +63,9 @@ def test_cpu_dry_run_packs_every_section(tmp_path, mnist_root):
     assert "onecycle" not in ran and {"tensors", "smallnet", "article"} <= set(ran), ran
     assert ran[-1] == "article"  # the article's step runs last (time_to_accuracy measured it already)
     assert [r["bytes"] for r in docs["nccl.json"]["rows"]] == [2**20]
+    assert docs["nccl.json"]["measures"] == dc.NCCL_MEASURES and "not communication" in dc.NCCL_MEASURES
+    assert {s["section"]: s.get("measures") for s in manifest["sections"]}["nccl"] == dc.NCCL_MEASURES
+    assert "notebooks" not in status  # not part of a CPU dry run unless named
     assert "asked for 2 processes on cuda" in docs["nccl.json"]["two_ranks_on_one_gpu_launcher_says"]
     bench = docs["time_to_accuracy.json"]["bench"]
     assert {r["recipe"] for r in bench["runs"]} == {"article", "fast", "fast995"} and bench["errors"] == []
@@ -80,6 +83,86 @@ def test_a_section_over_its_limit_is_a_timeout_with_its_place_kept(tmp_path, mni
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert [(s["section"], s["status"], s["limit_s"]) for s in manifest["sections"]] == [("nccl", "timeout", 1)]
     assert archive_members(tmp_path / "out")["nccl.json"]["status"] == "timeout"
+
+
+def test_the_nccl_section_says_it_measures_launch_overhead_not_communication(tmp_path, capsys):
+    """One rank: no byte crosses a link, so the times are the launch of a collective; the JSON, every row, the
+    output and --judge say so."""
+    assert dc.main(["--section", "nccl", "--res", str(tmp_path), "--dry-run"]) == 0
+    doc = json.loads((tmp_path / "nccl.json").read_text())
+    assert doc["measures"] == dc.NCCL_MEASURES == "launch overhead at world size 1, not communication"
+    assert doc["rows"] and all(r["measures"] == dc.NCCL_MEASURES and r["world_size"] == 1 for r in doc["rows"])
+    assert dc.NCCL_MEASURES in capsys.readouterr().out
+    dc.main(["--judge", str(tmp_path)])
+    assert f"section nccl settles no claim: {dc.NCCL_MEASURES}" in capsys.readouterr().out
+
+
+def test_the_notebooks_section_is_last_bounded_and_skippable():
+    """Static (it needs a GPU to run for real): the script parses, the section runs notebooks 00-11 in the quick
+    profile under nbmake on copies, after every other section, under limits cut to the budget."""
+    subprocess.run(["bash", "-n", str(SCRIPT)], check=True)
+    text = SCRIPT.read_text()
+    body = text[text.index("notebooks_section() {"):]
+    for piece in ("MNIST_PROFILE=quick", '"$PY" -m pytest --nbmake --nbmake-timeout="$t" --overwrite',
+                  '"$REPO"/notebooks/[0-9]*.ipynb', 'cp "$nb" "$dir/$base"', "timeout --kill-after=5",
+                  "--notebooks-report", "no time left"):
+        assert piece in body, piece
+    calls = [line.split()[0:2] for line in text.splitlines() if line.startswith(("section ", "notebooks_section "))]
+    assert calls[-1] == ["notebooks_section", "450"] and len(calls) == len(dc.SECTIONS) + 1
+    assert "machine time_to_accuracy speedrun_chain amp loader allocator nccl notebooks}" in text
+
+
+def _tiny_notebook(path, source):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow  # two notebooks, each its own pytest and kernel: about 30 s on 2 busy cores
+def test_the_notebooks_section_records_each_notebook(tmp_path, mnist_root):
+    pytest.importorskip("nbmake")
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    ok = _tiny_notebook(nbs / "00_ok.ipynb", "import os\nprint('profile', os.environ['MNIST_PROFILE'])")
+    _tiny_notebook(nbs / "01_bad.ipynb", "raise RuntimeError('boom')")
+    before = ok.read_text()
+    out = tmp_path / "out"
+    done = run_script([str(out), "--cpu-dry-run"], timeout=300, DEVICE_CHECK_SECTIONS="notebooks",
+                      DEVICE_CHECK_NOTEBOOKS=f"{nbs}/*.ipynb", MNIST_DATA_ROOT=str(mnist_root))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["device_check.tar.gz", "manifest.json", "notebooks/executed_notebooks.tar.gz",
+                     "notebooks/notebooks.json"], files
+    doc = json.loads((out / "notebooks" / "notebooks.json").read_text())
+    assert [(n["notebook"], n["status"]) for n in doc["notebooks"]] == [("00_ok.ipynb", "passed"),
+                                                                          ("01_bad.ipynb", "failed")]
+    assert doc["complete"] and doc["passed"] == 1 and all(n["seconds"] >= 0 for n in doc["notebooks"])
+    assert [e["what"] for e in doc["errors"]] == ["01_bad.ipynb"] and "boom" in doc["errors"][0]["log_tail"]
+    with tarfile.open(out / "notebooks" / dc.NOTEBOOKS_ARCHIVE) as tar:
+        executed = json.load(tar.extractfile("notebooks/00_ok.ipynb"))
+    assert "profile quick" in json.dumps(executed["cells"][0]["outputs"])  # executed, in the quick profile
+    assert ok.read_text() == before  # run on a copy: the original keeps its (stripped) outputs
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(s["section"], s["status"]) for s in manifest["sections"]] == [("notebooks", "errors")]
+
+
+def test_notebooks_report_keeps_what_finished(tmp_path):
+    """A time limit mid-way: notebooks not reached are "pending" (killed) or "not run" (no time left)."""
+    res, out = tmp_path / "res", tmp_path / "out"
+    (res / "notebooks").mkdir(parents=True)
+    (res / "notebooks" / "00_a.ipynb").write_text("{}")
+    (res / "notebooks.todo").write_text("00_a.ipynb\n01_b.ipynb\n02_c.ipynb\n03_d.ipynb\n")
+    (res / "notebooks.tsv").write_text("00_a.ipynb\t0\t40\t120\n01_b.ipynb\t124\t120\t120\n02_c.ipynb\t-1\t0\t0\n")
+    doc = dc.notebooks_report(res, out)
+    assert [n["status"] for n in doc["notebooks"]] == ["passed", "timeout", "not run (no time left)", "pending"]
+    assert not doc["complete"] and [e["what"] for e in doc["errors"]] == ["01_b.ipynb"]
+    assert json.loads((out / "notebooks" / "notebooks.json").read_text()) == doc
+    with tarfile.open(out / "notebooks" / dc.NOTEBOOKS_ARCHIVE) as tar:
+        assert tar.getnames() == ["notebooks/00_a.ipynb"]
 
 
 def test_without_an_output_folder_it_says_how_to_give_one(tmp_path):
@@ -124,9 +207,12 @@ def test_finalize_statuses_and_packing(tmp_path):
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary files left
 
 
-def test_device_check_is_documented_with_the_device_call():
-    readme = (REPO / "README.md").read_text()
-    assert "bash scripts/device_check.sh" in readme and 'carry: ["data"]' in readme
+def test_device_check_is_documented():
+    """The README points to docs/CLUSTERS.md, which gives the command and its CPU dry run (since 03bb568 the README
+    no longer names this workplace's device call)."""
+    readme, clusters = (REPO / "README.md").read_text(), (REPO / "docs" / "CLUSTERS.md").read_text()
+    assert "bash scripts/device_check.sh" in readme and "docs/CLUSTERS.md" in readme
+    assert "bash scripts/device_check.sh" in clusters and "--cpu-dry-run" in clusters
 
 
 def test_fp32_on_cuda_is_ieee_and_tf32_its_own_mode():

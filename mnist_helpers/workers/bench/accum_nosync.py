@@ -4,7 +4,15 @@ Each optimizer step is ``--grad-accum`` micro-batches. Plain DDP all-reduces the
 *every* micro-batch's backward; inside ``model.no_sync()`` it only accumulates locally, so wrapping all
 but the last micro-batch all-reduces once per step and gives the same update. This worker trains two
 identical replicas side by side (same weights, same batches), one each way, counts the all-reduce
-calls and bytes with a DDP communication hook, times them, and compares the resulting weights.
+calls and bytes with a DDP communication hook, times each all-reduce from its launch to its completion, and
+compares the resulting weights.
+
+Timing an asynchronous collective: the host returns from ``dist.all_reduce(..., async_op=True)`` at once, and with
+NCCL the future's callbacks run as soon as the kernel is queued, before the GPU has communicated anything; a host
+clock read there measures the launch. So on a GPU the hook records a CUDA event before the launch and one in the
+callback (whose stream waits for the all-reduce), and reads them after the block's ``synchronize``; with gloo the
+future completes when the communication has ended, and the host clock is right. ``allreduce_timing`` in the JSON
+says which was used. The seconds are summed over buckets (buckets in flight together count each).
 
 Never combine ``DDP(static_graph=True)`` with ``no_sync()``: that pairing is a known PyTorch bug
 (gradients silently not synchronised); this worker keeps the default ``static_graph=False``.
@@ -42,18 +50,44 @@ MODES = ("sync every micro-batch", "no_sync")
 
 
 def counting_allreduce_hook(state, bucket):  # no annotations: DDP checks them, and ours are strings
-    """DDP's default all-reduce (average), plus counting calls, bytes and launch-to-done seconds."""
-    t0 = time.perf_counter()
+    """DDP's default all-reduce (average), plus counting calls and bytes and timing launch to completion."""
     buf = bucket.buffer()
     buf.div_(dist.get_world_size())
     state["calls"] += 1
     state["bytes"] += buf.numel() * buf.element_size()
+    if buf.is_cuda:  # NCCL: the future completes at launch; CUDA events time the all-reduce on the GPU
+        start = torch.cuda.Event(enable_timing=True)
+        start.record()
+        fut = dist.all_reduce(buf, async_op=True).get_future()
+
+        def done_on_gpu(f):
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()  # on the callback's stream, which waits for the all-reduce's kernels
+            state["events"].append((start, end))
+            return f.value()[0]
+        return fut.then(done_on_gpu)
+    t0 = time.perf_counter()
     fut = dist.all_reduce(buf, async_op=True).get_future()
 
-    def done(f):
+    def done(f):  # gloo completes the future when the communication has ended
         state["seconds"] += time.perf_counter() - t0
         return f.value()[0]
     return fut.then(done)
+
+
+def settle(state) -> None:
+    """Add the GPU-timed all-reduces to ``state["seconds"]`` (after the block's synchronize: the events are done)."""
+    if state["events"]:
+        torch.cuda.synchronize()
+        state["seconds"] += sum(start.elapsed_time(end) for start, end in state["events"]) / 1e3
+        state["events"].clear()
+
+
+def timing_label(device: torch.device) -> str:
+    if device.type == "cuda":
+        return ("CUDA events from the all-reduce's launch to its completion on the GPU (waiting for earlier buckets "
+                "and the other ranks included), summed over buckets")
+    return "host clock from the all-reduce's launch to the completion of its gloo work, summed over buckets"
 
 
 def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = None) -> dict:
@@ -65,7 +99,7 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
         runs = {}
         for mode in MODES:
             tr = build_training(cfg, ctx.device, steps_per_epoch=1)  # same seed: identical starting weights
-            stats = {"calls": 0, "bytes": 0, "seconds": 0.0}
+            stats = {"calls": 0, "bytes": 0, "seconds": 0.0, "events": []}
             if ctx.world_size > 1:
                 ids = [ctx.device.index] if ctx.device.type == "cuda" else None
                 tr.model = DDP(tr.model, device_ids=ids)  # static_graph stays False: never with no_sync
@@ -77,11 +111,13 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
                           "no_sync": tr.model.no_sync if (mode == "no_sync" and ctx.world_size > 1) else None}
 
         def block(run, n):
-            return train_one_epoch(run["tr"], itertools.islice(run["stream"], n), cfg, no_sync=run["no_sync"])
+            out = train_one_epoch(run["tr"], itertools.islice(run["stream"], n), cfg, no_sync=run["no_sync"])
+            settle(run["stats"])
+            return out
 
         for run in runs.values():  # warm-up: one step each, then reset the counters
             block(run, 1)
-            run["stats"].update(calls=0, bytes=0, seconds=0.0)
+            run["stats"].update(calls=0, bytes=0, seconds=0.0, events=[])
         for _ in range(repeats):  # interleaved, so a busy machine slows both modes alike
             for run in runs.values():
                 run["block_seconds"].append(block(run, steps)["seconds"])
@@ -96,6 +132,8 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
         params = [torch.cat([p.detach().flatten() for p in run["tr"].model.parameters()]) for run in runs.values()]
         result = {"world_size": ctx.world_size, "backend": ctx.backend, "device": str(ctx.device),
                   "config": cfg.to_dict(), "steps_per_block": steps, "repeats": repeats, "rows": rows,
+                  "allreduce_timing": (timing_label(ctx.device) if ctx.world_size > 1
+                                       else "none: no all-reduce at world size 1"),
                   "max_weight_diff_between_modes": float((params[0] - params[1]).abs().max()),
                   "machine": machine_info()}
         if ctx.is_main:

@@ -14,7 +14,13 @@ Sections, most valuable first: ``machine`` (versions, nvidia-smi, matmul peaks),
 (``scripts/bench_time_to_accuracy.py``: the article's recipe vs the fastest, 99.0% and 99.5%), ``speedrun_chain``
 (notebook 10's ladder, one seed), ``amp`` (IEEE fp32, TF32, bf16, fp16 + GradScaler, channels_last), ``loader``
 (DataLoader to the GPU, pin_memory), ``allocator`` (the caching allocator, expandable segments, empty_cache),
-``nccl`` (all_reduce at world size 1). ``DEVICE_CHECK_FAIL=section:label,...`` makes those runs raise (tests).
+``nccl`` (all_reduce at world size 1: kernel launch overhead, not communication; with one GPU there is nothing to
+communicate). ``DEVICE_CHECK_FAIL=section:label,...`` makes those runs raise (tests).
+
+Last, ``scripts/device_check.sh`` runs notebooks 00-11 in the quick profile under nbmake, one pytest per notebook,
+each on a copy (the checkout's notebooks keep their stripped outputs); ``--notebooks-report OUT`` (after every
+notebook) writes ``RES/notebooks.json`` (each notebook's status and seconds) and ``OUT/notebooks/``: that JSON and
+``executed_notebooks.tar.gz`` (the executed copies and their logs), 2 files, so OUT holds at most 7.
 
 ``judge`` settles the article's GPU claims from the sections (``RES/device_check.json``, claims schema, written by
 ``--finalize``); ``--keep OUT`` files a GPU run under ``results/reference/<machine label>/`` for ``make claims``.
@@ -26,6 +32,7 @@ import datetime
 import importlib.util
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -38,8 +45,16 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import atomic_write, write_json
 
 SECTIONS = ("machine", "time_to_accuracy", "speedrun_chain", "amp", "loader", "allocator", "nccl")
+# What section nccl measures, in its JSON and on every row: one rank has no peer, so NCCL's all_reduce moves no byte
+# over any link; the time per call is the launch of a collective on one GPU. Communication (bandwidth, ring vs tree,
+# the growth with N) needs 2 or more GPUs: notebook 07's all-reduce benchmark on a multi-GPU machine.
+NCCL_MEASURES = "launch overhead at world size 1, not communication"
 KEY_FILES = ("manifest.json", "time_to_accuracy.json", "speedrun_chain.json", "machine.json")
 ARCHIVE = "device_check.tar.gz"
+NOTEBOOKS_ARCHIVE = "executed_notebooks.tar.gz"  # in OUT/notebooks/, beside notebooks.json
+NOTEBOOKS_WHAT = ("each notebook on a copy, in order, in its own MNIST_PROFILE=quick python -m pytest --nbmake "
+                  "--nbmake-timeout=T --overwrite, T = DEVICE_CHECK_NOTEBOOK_LIMIT (default 120 s) cut to what is "
+                  "left of the section's limit")
 # Epochs for recipes without a schedule (the article's Net + Adam at a fixed lr): the committed CPU reference
 # reached 99.0% after 2.3-4.6 epochs (results/reference/xeon-2core-amx/time_to_accuracy_v1_20261202.json); they stop at 99.0%.
 NO_SCHEDULE_EPOCHS = 6.0
@@ -329,9 +344,10 @@ def allocator(s: Section) -> None:
 
 
 def nccl(s: Section) -> None:
-    """all_reduce at world size 1 in this process (the latency floor of a collective; with one GPU there is no
-    bandwidth to share), with a timeout. Two ranks on one GPU are not launched: the launcher refuses them, and
-    its message (one process per GPU) is recorded."""
+    """all_reduce at world size 1 in this process, with a timeout: NCCL_MEASURES, i.e. what one collective call costs
+    to launch and complete on one GPU with no peer (no byte crosses a link, so neither latency between GPUs nor
+    bandwidth is measured). Two ranks on one GPU are not launched: the launcher refuses them, and its message (one
+    process per GPU) is recorded."""
     import torch
     import torch.distributed as dist
 
@@ -346,7 +362,8 @@ def nccl(s: Section) -> None:
         refusal = None
     except ValueError as e:
         refusal = str(e)
-    s.save(backend=backend, two_ranks_on_one_gpu_launcher_says=refusal, rows=[])
+    s.save(backend=backend, measures=NCCL_MEASURES, two_ranks_on_one_gpu_launcher_says=refusal, rows=[])
+    print(f"  all_reduce at world size 1: {NCCL_MEASURES}", flush=True)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
     kw = {} if s.dry else {"device_id": s.device}
     if s.run("init_process_group", lambda: dist.init_process_group(
@@ -369,11 +386,12 @@ def nccl(s: Section) -> None:
                     times.append((time.perf_counter() - t0) / 20)
                 times.sort()
                 return {"bytes": nbytes, "latency_us": times[len(times) // 2] * 1e6, "backend": backend,
-                        "world_size": 1}
+                        "world_size": 1, "measures": NCCL_MEASURES}
             row = s.run(f"all_reduce {nbytes}", measure)
             if row:
                 s.doc["rows"].append(row)
-                print(f"  all_reduce {nbytes:>12,} B: {row['latency_us']:9.1f} us", flush=True)
+                print(f"  all_reduce {nbytes:>12,} B: {row['latency_us']:9.1f} us (launch overhead, world size 1)",
+                      flush=True)
             s.save()
     finally:
         dist.destroy_process_group()
@@ -532,6 +550,52 @@ def keep(src: Path, reference: Path | None = None) -> Path:
 
 # --------------------------------------------------------------------------- packing (no torch import)
 
+def notebooks_report(res: Path, out: Path) -> dict:
+    """``RES/notebooks.json`` from what the shell script wrote in RES: ``notebooks.todo`` (the notebooks to run, one
+    a line), ``notebooks.tsv`` (notebook, return code, seconds, limit: a row after each) and ``notebooks.skipped``
+    (why the section did not run, if so); then ``OUT/notebooks/notebooks.json`` and ``OUT/notebooks/``
+    NOTEBOOKS_ARCHIVE (the executed copies ``RES/notebooks/*.ipynb`` and their pytest logs). Return code 0: passed;
+    124/137: over its limit; -1: not run (no time left); else failed (the log's end goes in ``errors``). A notebook
+    listed but without a row is "pending": the section was stopped before it."""
+    def lines(name):
+        path = res / name
+        return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.exists() else []
+
+    rows = {r[0]: r for r in (ln.split("\t") for ln in lines("notebooks.tsv"))}
+    nbs, errors = [], []
+    for name in lines("notebooks.todo"):
+        if name not in rows:
+            nbs.append({"notebook": name, "status": "pending", "seconds": None, "limit_s": None, "returncode": None})
+            continue
+        _, rc, seconds, limit = rows[name]
+        rc = int(rc)
+        status = ("not run (no time left)" if rc == -1 else "timeout" if rc in (124, 137) else
+                  "passed" if rc == 0 else "failed")
+        nbs.append({"notebook": name, "status": status, "seconds": int(seconds), "limit_s": int(limit),
+                    "returncode": rc})
+        if status in ("failed", "timeout"):
+            log = res / "logs" / "notebooks" / f"{Path(name).stem}.log"
+            tail = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace"))[-3000:] if log.exists() else ""
+            errors.append({"what": name, "error": f"{status} (pytest --nbmake exit code {rc})", "log_tail": tail})
+    skipped = " ".join(lines("notebooks.skipped")) or None
+    doc = {"section": "notebooks", "complete": bool(nbs) and all(n["status"] != "pending" for n in nbs),
+           "dry_run_on_cpu": os.environ.get("DEVICE_CHECK_DRY") == "1", "what": NOTEBOOKS_WHAT,
+           "date_utc": _now(), "passed": sum(n["status"] == "passed" for n in nbs), "notebooks": nbs,
+           "errors": errors, **({"skipped": skipped} if skipped else {})}
+    write_json(res / "notebooks.json", doc)
+    folder = out / "notebooks"
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{NOTEBOOKS_ARCHIVE}.tmp"
+    with tarfile.open(tmp, "w:gz") as tar:
+        for path in sorted((res / "notebooks").glob("*.ipynb")):
+            tar.add(path, arcname=f"notebooks/{path.name}")
+        if (res / "logs" / "notebooks").is_dir():
+            tar.add(res / "logs" / "notebooks", arcname="logs")
+    os.replace(tmp, folder / NOTEBOOKS_ARCHIVE)
+    atomic_write(folder / "notebooks.json", (res / "notebooks.json").read_bytes())
+    return doc
+
+
 def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
     """manifest.json from ``res/manifest.tsv`` and each section's JSON; pack ``res`` into ``out/ARCHIVE``;
     copy KEY_FILES beside it. Every step atomic (tmp file + rename): a kill mid-way leaves the last good set."""
@@ -563,7 +627,8 @@ def finalize(res: Path, out: Path, total_s: float | None = None) -> dict:
             write_json(path, doc)
         sections.append({"section": name, "status": status, "returncode": rc, "seconds": int(seconds),
                          "limit_s": int(limit), "errors": errors, "complete": bool(doc.get("complete")),
-                         "partial_data": not doc.get("complete") and status != "skipped"})
+                         "partial_data": not doc.get("complete") and status != "skipped",
+                         **({"measures": NCCL_MEASURES} if name == "nccl" else {})})
     first = next((json.loads((res / f"{n}.json").read_text()) for n in SECTIONS if (res / f"{n}.json").exists()
                   and "torch" in json.loads((res / f"{n}.json").read_text())), {})
     manifest = {"script": "scripts/device_check.sh", "date_utc": _now(), "total_seconds": total_s,
@@ -597,6 +662,8 @@ def main(argv=None) -> int:
                     help="on the CPU with tiny sizes (tests the code paths, not the GPU)")
     ap.add_argument("--finalize", metavar="OUT", help="write manifest.json, pack RES into OUT")
     ap.add_argument("--total-seconds", type=float, default=None, help="recorded in the manifest")
+    ap.add_argument("--notebooks-report", metavar="OUT", help="write RES/notebooks.json and OUT/notebooks/ from "
+                                                              "RES/notebooks.tsv (scripts/device_check.sh)")
     ap.add_argument("--keep", metavar="OUT_OR_ARCHIVE",
                     help="file a finished GPU run under results/reference/<machine label>/ (sections, benchmark, "
                          "claims), then run scripts/make_claims.py")
@@ -613,11 +680,17 @@ def main(argv=None) -> int:
             print(f"{c['id']}: {c['verdict']} -- {c['evidence']}")
         if rf is None:
             print("no GPU claims settled by the sections there")
+        if _load_section(Path(args.judge), "nccl"):
+            print(f"section nccl settles no claim: {NCCL_MEASURES}")
         return 0
     if not args.res:
         ap.error("give --res FOLDER (or set DEVICE_CHECK_RES)")
     res = Path(args.res)
     res.mkdir(parents=True, exist_ok=True)
+    if args.notebooks_report:
+        doc = notebooks_report(res, Path(args.notebooks_report))
+        print(f"device_check: notebooks {doc['passed']}/{len(doc['notebooks'])} passed", flush=True)
+        return 0
     if args.finalize:
         m = finalize(res, Path(args.finalize), args.total_seconds)
         print("device_check: " + ", ".join(f"{s['section']} {s['status']}" for s in m["sections"]), flush=True)
