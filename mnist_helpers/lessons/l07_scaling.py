@@ -1,5 +1,11 @@
 """Scaling, communication and restarts for 07_scaling_and_multinode.
 
+**What runs where** (:func:`plan`): one device for every run of a comparison, from what the machine has
+(``distributed.comparison_device``): the GPUs, one process each with nccl, when every world size of the comparison
+gets a GPU per process; else the CPU with gloo for all of its runs, the 1-process ones included (a 1-process GPU run
+is never set beside a 2-process CPU run). On the CPU the world sizes are the same on every machine (1, 2 and 4
+processes; 2, 3 and 4 for the all-reduce), so results stay comparable.
+
 **The article's comparison** (5.4): 1 GPU at batch 128 against 2 GPUs at 64 each, the same global batch, i.e.
 *strong scaling*, with the article's loader. :func:`loader_run` launches 06's ``ddp_train`` worker with
 ``--loader dataloader --num-workers N`` and times the last epoch; :func:`article_comparison` alternates the points
@@ -41,17 +47,19 @@ from __future__ import annotations
 import json
 import statistics
 
+from mnist_helpers import distributed
+from mnist_helpers.distributed import comparison_device
 from mnist_helpers.launch import torchrun
 
 WORKER = "mnist_helpers.workers.bench.allreduce"
 
 # How the notebook and the scripts show each kind of row: ``display.show(rows, **SCALING_TABLE)``.
-SCALING_TABLE = {"columns": ["kind", "world_size", "batch_size", "global_batch_size", "images_per_s", "speedup",
-                             "efficiency", "comm_fraction"],
+SCALING_TABLE = {"columns": ["kind", "device", "world_size", "batch_size", "global_batch_size", "images_per_s",
+                             "speedup", "efficiency", "comm_fraction"],
                  "formats": {"images_per_s": "{:,.0f}", "speedup": "{:.2f}x", "efficiency": "{:.2f}",
                              "comm_fraction": "{:.1%}"}}
 ALLREDUCE_TABLE = {"columns": ["world_size", "bytes", "latency_us", "algbw_gbps", "busbw_gbps", "ring_factor",
-                               "backend"],
+                               "backend", "device"],
                    "formats": {"bytes": "{:,}", "latency_us": "{:,.0f}", "algbw_gbps": "{:.3f}",
                                "busbw_gbps": "{:.3f}", "ring_factor": "{:.2f}"}}
 DDP_VARIANTS_TABLE = {"columns": ["bucket_cap_mb", "hook", "step_s", "no_sync_step_s", "comm_fraction",
@@ -59,6 +67,61 @@ DDP_VARIANTS_TABLE = {"columns": ["bucket_cap_mb", "hook", "step_s", "no_sync_st
                       "formats": {"bucket_cap_mb": "{:g}", "step_s": lambda v: f"{1e3 * v:.1f} ms",
                                   "no_sync_step_s": lambda v: f"{1e3 * v:.1f} ms", "comm_fraction": "{:.1%}",
                                   "speedup_vs_first": "{:.2f}x"}}
+
+
+# --------------------------------------------------------------------------- what runs where
+
+CPU_WORLD_SIZES = {True: [1, 2], False: [1, 2, 4]}      # quick / full: the scaling sweeps on the CPU
+CPU_ALLREDUCE_WORLDS = {True: [2, 3], False: [2, 3, 4]}  # quick / full: the all-reduce sweep on the CPU
+
+
+def plan(gpus: int | None = None, cores: int | None = None, quick: bool = False, *, world_sizes=None,
+         allreduce_worlds=None) -> dict:
+    """The device and the world sizes of notebook 07's comparisons, from what this machine has.
+
+    The article's comparison (1 x 128 against 2 x 64), the scaling sweeps (``world_sizes``) and the DDP variants (2
+    processes) are one comparison: they run on ``device`` = ``comparison_device(largest world size)``, so "cuda"
+    (nccl, one GPU per process) only with 2 GPUs or more, and never with a world size larger than the GPUs; with 0
+    or 1 GPU every one of their runs is on the CPU with gloo. The all-reduce sweep needs two world sizes of 2 or
+    more: on the GPUs with 3 or more of them, else on the CPU (``allreduce_device``). ``world_sizes`` /
+    ``allreduce_worlds`` override the defaults (the CPU's ``CPU_WORLD_SIZES`` / ``CPU_ALLREDUCE_WORLDS``, the same
+    on every machine; on GPUs every GPU count); ``gpus`` defaults to ``distributed.cuda_gpus()``, ``cores`` only
+    feeds the note. Returns ``{"device", "backend", "world_sizes", "allreduce_device", "allreduce_backend",
+    "allreduce_worlds", "stand_in" (True when the comparisons run on the CPU), "note" (one plain line)}``.
+    """
+    gpus = distributed.cuda_gpus() if gpus is None else int(gpus)
+    if world_sizes is None:
+        world_sizes = CPU_WORLD_SIZES[quick] if gpus < 2 else ([1, 2] if quick else list(range(1, gpus + 1)))
+    world_sizes = sorted({int(n) for n in world_sizes})
+    if not {1, 2} <= set(world_sizes) or min(world_sizes) < 1:
+        raise ValueError(f"world_sizes must hold 1 and 2 (the 2-vs-1 comparisons read them), got {world_sizes!r}")
+    if allreduce_worlds is None:
+        on_gpus = list(range(2, gpus + 1))
+        allreduce_worlds = CPU_ALLREDUCE_WORLDS[quick] if len(on_gpus) < 2 else (on_gpus[:2] if quick else on_gpus)
+    allreduce_worlds = sorted({int(n) for n in allreduce_worlds})
+    if len(allreduce_worlds) < 2 or min(allreduce_worlds) < 2:
+        raise ValueError(f"allreduce_worlds must hold two world sizes >= 2 (to see what grows with N), "
+                         f"got {allreduce_worlds!r}")
+    device = comparison_device(max(world_sizes), gpus)
+    ar_device = comparison_device(max(allreduce_worlds), gpus)
+    if device == "cuda":
+        note = f"{gpus} GPUs: one process per GPU with nccl; world sizes {world_sizes}"
+    else:
+        why = ("no GPU" if gpus == 0 else
+               f"{gpus} GPU{'s' if gpus > 1 else ''} for up to {max(world_sizes)} processes, and nccl needs one GPU "
+               "per process")
+        note = (f"{why}: every run of the comparisons, the 1-process ones included, is on the CPU with gloo and 1 "
+                f"thread per process (the CPU stand-in for one GPU each); world sizes {world_sizes}")
+        if cores and max(world_sizes) > cores:
+            note += f" ({max(world_sizes)} processes on {cores} cores: oversubscribed)"
+    if ar_device != device:
+        note += (f"; the all-reduce sweep (N = {', '.join(map(str, allreduce_worlds))}) on the "
+                 + ("GPUs with nccl" if ar_device == "cuda" else
+                    f"CPU with gloo ({gpus} GPU{'s give' if gpus != 1 else ' gives'} fewer than two world sizes of 2 "
+                    "or more)"))
+    return {"device": device, "backend": "nccl" if device == "cuda" else "gloo", "world_sizes": world_sizes,
+            "allreduce_device": ar_device, "allreduce_backend": "nccl" if ar_device == "cuda" else "gloo",
+            "allreduce_worlds": allreduce_worlds, "stand_in": device == "cpu", "note": note}
 
 
 def _launch(args: list[str], nproc: int, threads_per_proc: int, timeout: float, device: str, echo: bool) -> list[dict]:
@@ -142,8 +205,8 @@ def round_ratios(rows: list[dict], n: int, base_n: int = 1) -> list[float]:
 # --------------------------------------------------------------------------- the article's own configuration (5.4)
 
 TRAIN_WORKER = "mnist_helpers.workers.progression.ddp_train"
-ARTICLE_TABLE = {"columns": ["label", "world_size", "batch_size", "global_batch_size", "num_workers", "epoch_s",
-                             "images_per_s", "images_per_s_min", "images_per_s_max", "test_acc"],
+ARTICLE_TABLE = {"columns": ["label", "device", "world_size", "batch_size", "global_batch_size", "num_workers",
+                             "epoch_s", "images_per_s", "images_per_s_min", "images_per_s_max", "test_acc"],
                  "formats": {"epoch_s": "{:.1f}", "images_per_s": "{:,.0f}", "images_per_s_min": "{:,.0f}",
                              "images_per_s_max": "{:,.0f}", "test_acc": "{:.2%}"}}
 

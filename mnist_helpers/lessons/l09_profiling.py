@@ -24,9 +24,13 @@ share with the 2-process worker and the measurement harness.
    and machines (:func:`overview`, :func:`runs_table`: DataFrames), the fastest configuration per machine, a CSV
    export and a small dashboard. Every function accepts an empty log (a fresh clone).
 
+What runs where: :func:`plan` picks one device for every run of each comparison (``distributed.comparison_device``):
+the GPUs with nccl when each process of the 2-process runs gets one, else the CPU with gloo for all of them, or, with
+a single GPU, the GPU compared with itself (the distribution lever not testable there).
+
     from mnist_helpers.lessons.l09_profiling import ARTICLE_BASELINE, lever_plan, priority_verdict, side_by_side
-    plan = lever_plan(ARTICLE_BASELINE, {1: {"loader": "tensor", "num_workers": 0}, 3: {"amp": "bf16"}})
-    rows = side_by_side(plan, target=0.97, seeds=(0, 1, 2))
+    runs = lever_plan(ARTICLE_BASELINE, {1: {"loader": "tensor", "num_workers": 0}, 3: {"amp": "bf16"}})
+    rows = side_by_side(runs, target=0.97, seeds=(0, 1, 2))
     print(priority_verdict(rows)["verdict"])
 """
 from __future__ import annotations
@@ -46,8 +50,10 @@ import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, record_function
 from torch.utils.data import Subset
 
+from mnist_helpers import distributed
 from mnist_helpers.data import TensorBatches, load_mnist, make_loader, mnist_datasets
 from mnist_helpers.display import show, table
+from mnist_helpers.distributed import comparison_device
 from mnist_helpers.experiments import query, to_csv
 from mnist_helpers.launch import torchrun
 from mnist_helpers.live import ipython_kernel_active
@@ -56,6 +62,52 @@ from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.train import (AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, make_train_batches,
                                  select_device, synchronize, train_step)
+
+# --------------------------------------------------------------------------- what runs where
+
+PROFILE_NPROC = 2  # processes of section 2's data-parallel profile
+
+
+def plan(gpus: int | None = None, cores: int | None = None, nproc: int = 2) -> dict:
+    """The device and world sizes of notebook 09's comparisons, from what this machine has.
+
+    Section 1's profiles, autotune (section 4) and the tuning-priority runs (section 5) set one process against
+    ``nproc`` (the distribution lever, autotune's process stage); all their runs share ``device``:
+
+    - ``nproc`` CUDA GPUs or more: ``"cuda"``, world sizes ``(1, nproc)``, one GPU per process (nccl);
+    - no CUDA GPU: ``"cpu"``, world sizes ``(1, nproc)`` with 2 cores or more (the CPU stand-in, gloo), else ``(1,)``;
+    - fewer GPUs than ``nproc`` (one GPU): ``"cuda"``, world sizes ``(1,)``: the GPU compared with itself, the
+      distribution lever not testable (nccl needs a GPU per process). Moving every run to the CPU instead would
+      tune a device the learner does not train on.
+
+    Section 2's 2-process profile is a run of its own (its ranks are compared with each other):
+    ``profile_ddp_device`` is ``"cuda"`` when each of its processes gets a GPU, else ``"cpu"``. ``gpus`` defaults to
+    ``distributed.cuda_gpus()``, ``cores`` to ``resources.usable_cores()``. Returns ``{"device", "world_sizes",
+    "distributed" (is the distribution lever measured), "dist_note", "profile_ddp_device", "note"}``.
+    """
+    gpus = distributed.cuda_gpus() if gpus is None else int(gpus)
+    cores = usable_cores() if cores is None else int(cores)
+    if not isinstance(nproc, int) or nproc < 2:
+        raise ValueError(f"nproc must be an integer >= 2 (the distribution lever's processes), got {nproc!r}")
+    if gpus >= nproc:
+        worlds, dist_note = (1, nproc), f"{nproc} GPUs, one process each (nccl)"
+    elif gpus:
+        worlds = (1,)
+        dist_note = (f"not testable here: {gpus} GPU{'s' if gpus > 1 else ''} for {nproc} processes, and nccl needs "
+                     "a GPU per process (the other runs stay on the GPU)")
+    elif cores >= 2:
+        worlds, dist_note = (1, nproc), f"CPU stand-in (gloo): on one {cores}-core CPU the processes share the cores"
+    else:
+        worlds, dist_note = (1,), "not testable here: one core cannot host two training processes side by side"
+    device = comparison_device(max(worlds), gpus)
+    ddp_device = comparison_device(PROFILE_NPROC, gpus)
+    note = (f"the comparisons run on {device}, every run of each on the same device; world sizes "
+            f"{', '.join(map(str, worlds))}; distribution lever: {dist_note}")
+    if ddp_device != device:
+        note += f"; section 2's {PROFILE_NPROC}-process profile runs on {ddp_device} (gloo), a run of its own"
+    return {"device": device, "world_sizes": worlds, "distributed": max(worlds) > 1, "dist_note": dist_note,
+            "profile_ddp_device": ddp_device, "note": note}
+
 
 # --------------------------------------------------------------------------- 1. torch.profiler
 
@@ -486,7 +538,7 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
             return {"images_per_s": best["images_per_s"], "iqr_images_per_s": best["iqr_images_per_s"]}
         return measure_processes(n, model=model, batch_size=chosen["batch_size"],
                                  threads=max(cores // n, 1) if dev.type == "cpu" else None,
-                                 active=max(steps * repeats, 3))
+                                 active=max(steps * repeats, 3), device=dev.type)
 
     say(f"autotune on {dev} ({cores} cores{f', {gpus} GPU(s)' if gpus else ''}), budget {budget_s:.0f} s")
     stages = (("threads", threads, lambda t: measure(threads=t), 0.0),
@@ -519,14 +571,16 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
 
 
 def measure_processes(nproc: int, *, model: str = "net", batch_size: int = 128, threads: int | None = None,
-                      active: int = 6, timeout: float = 180) -> dict:
-    """Steady-state images/s of ``nproc`` data-parallel processes (DDP, profiled steps, launch excluded)."""
+                      active: int = 6, timeout: float = 180, device: str = "auto") -> dict:
+    """Steady-state images/s of ``nproc`` data-parallel processes (DDP, profiled steps, launch excluded) on
+    ``device`` (the launcher's: ``"cpu"``, ``"cuda"``, or ``"auto"``); autotune passes its own device, so that
+    its process stage runs where its one-process stages did."""
     args = ["--model", model, "--batch-size", batch_size, "--subset", max(batch_size * nproc * 4, 512),
             "--wait", 1, "--warmup", 1, "--active", active, "--ddp"]
     if threads:
         args += ["--threads", threads]
     res = torchrun("mnist_helpers.workers.bench.profile_ddp", args, nproc=nproc, timeout=timeout,
-                   threads_per_proc=threads, echo=False)
+                   threads_per_proc=threads, echo=False, device=device)
     per_step = [r["wall_s_per_step"] for r in res["ranks"]]
     slowest = max(per_step)  # a step ends when the slowest rank's all-reduce does
     return {"images_per_s": batch_size * nproc / slowest, "iqr_images_per_s": 0.0}
@@ -634,13 +688,15 @@ def _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx
 
 
 def lever_plan(baseline: dict, levers: dict[int, dict], *, nproc_lever: int | None = 4, nproc: int = 2,
-               extra: dict[str, dict] | None = None) -> list[dict]:
+               extra: dict[str, dict] | None = None, device: str | None = None) -> list[dict]:
     """The runs of the side-by-side: the baseline, then each lever's change applied alone to it.
 
     ``levers`` maps a lever (1-4, :data:`LEVERS`) to the ``TrainConfig`` fields it changes; lever ``nproc_lever``
     changes the number of processes instead (``nproc``, the batch per process halved so the global batch is the
     baseline's). ``extra``: more named configurations (changes to the baseline) timed alongside, e.g. autotune's
-    choice. Returns ``[{"name", "lever" (0 for the baseline, None for extras), "changes", "cfg", "nproc"}]``.
+    choice. Every run is on ``device`` (``"cpu"`` or ``"cuda"``; default ``distributed.comparison_device`` of the
+    largest run: a 1-process GPU run is never timed against a 2-process CPU run). Returns ``[{"name", "lever" (0
+    for the baseline, None for extras), "changes", "cfg", "nproc", "device"}]``.
     """
     base = TrainConfig(**baseline)
     plan = [{"name": "baseline", "lever": 0, "changes": {}, "cfg": base, "nproc": 1}]
@@ -662,6 +718,17 @@ def lever_plan(baseline: dict, levers: dict[int, dict], *, nproc_lever: int | No
         changes = dict(changes)
         n = int(changes.pop("nproc", 1))
         plan.append({"name": name, "lever": None, "changes": changes, "cfg": base.replace(**changes), "nproc": n})
+    largest = max(run["nproc"] for run in plan)
+    device = comparison_device(largest) if device is None else device
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda' (one for every run), got {device!r}")
+    if device == "cuda" and largest > distributed.cuda_gpus():
+        raise ValueError(f"a {largest}-process run on cuda needs {largest} GPUs, this machine has "
+                         f"{distributed.cuda_gpus()}: use device='cpu' for every run, or leave the distribution lever "
+                         "out")
+    for run in plan:
+        run["cfg"] = run["cfg"].replace(device=device)
+        run["device"] = device
     return plan
 
 
@@ -681,8 +748,9 @@ def side_by_side(plan: list[dict], target: float, *, seeds=(0, 1, 2), test_subse
     Interleaved: seed 0's runs one after the other, then seed 1's, ... so a slow patch of the machine hits every
     configuration alike. In-process runs call :func:`time_to_accuracy`; runs with ``nproc`` > 1 launch
     ``workers.bench.profile_ddp --time-to-accuracy`` under torchrun (the same function in each process; the
-    launch is not on the clock). Returns one row per (seed, run): name, lever, seed, seconds, reached, images,
-    steps, final_acc, curve.
+    launch is not on the clock). Every run is on the plan's one device (``lever_plan``'s ``device``), passed to
+    the in-process run and to the launcher alike. Returns one row per (seed, run): name, lever, seed, nproc,
+    device, seconds, reached, images, steps, final_acc, curve.
     """
     from tqdm.auto import tqdm
 
@@ -690,19 +758,24 @@ def side_by_side(plan: list[dict], target: float, *, seeds=(0, 1, 2), test_subse
         raise ValueError("the plan is empty: build it with lever_plan(baseline, levers)")
     if not seeds:
         raise ValueError("give at least one seed")
+    devices = {run.get("device") for run in plan}
+    if len(devices) > 1:
+        raise ValueError(f"the runs of one comparison must share a device, got {sorted(map(str, devices))}")
+    device = devices.pop() or comparison_device(max(run["nproc"] for run in plan))
     _, _, X_test, y_test = load_mnist(subset=(1, test_subset))
     rows = []
     jobs = [(seed, run) for seed in seeds for run in plan]
     for seed, run in tqdm(jobs, desc="time to accuracy", disable=not progress):
-        cfg = run["cfg"].replace(seed=seed)
+        cfg = run["cfg"].replace(seed=seed, device=device)
         if run["nproc"] > 1:
             res = torchrun("mnist_helpers.workers.bench.profile_ddp",
                            _launch_args(cfg, target, test_subset, eval_every_images, max_images),
-                           nproc=run["nproc"], timeout=timeout, echo=False)["time_to_accuracy"]
+                           nproc=run["nproc"], timeout=timeout, echo=False, device=device)["time_to_accuracy"]
         else:
             res = time_to_accuracy(cfg, X_test, y_test, target, eval_every_images=eval_every_images,
                                    max_images=max_images)
-        rows.append({"name": run["name"], "lever": run["lever"], "seed": seed, "nproc": run["nproc"], **res})
+        rows.append({"name": run["name"], "lever": run["lever"], "seed": seed, "nproc": run["nproc"],
+                     "device": device, **res})
     return rows
 
 
@@ -715,7 +788,8 @@ def runs_summary(rows: list[dict]) -> list[dict]:
         rs = [r for r in rows if r["name"] == name]
         secs = [r["seconds"] for r in rs if r["seconds"]]
         gains = paired_gains(rows, name)
-        row = {"name": name, "lever": rs[0]["lever"], "reached": f"{len(secs)}/{len(rs)}",
+        row = {"name": name, "lever": rs[0]["lever"], "device": rs[0].get("device"),
+               "reached": f"{len(secs)}/{len(rs)}",
                "median_s": statistics.median(secs) if secs else None, "min_s": min(secs) if secs else None,
                "max_s": max(secs) if secs else None,
                "median_images": statistics.median(r["images"] for r in rs),

@@ -8,6 +8,9 @@ leaves identical parameters. Without the reduce, one step already makes the repl
 Then the same with ``DistributedDataParallel``, whose autograd hooks run the all-reduce during
 ``backward()``, bucket by bucket.
 
+Every tensor lives on this process's device (``ctx.device``: ``cuda:LOCAL_RANK`` under nccl, the CPU under
+gloo): nccl all-reduces only GPU tensors, gloo CPU ones.
+
     torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.demos.manual_allreduce
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ from mnist_helpers.models import build_model
 def grads_digest(model: torch.nn.Module) -> str:
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.grad.detach().contiguous().numpy().tobytes())
+        h.update(p.grad.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()[:16]
 
 
@@ -36,24 +39,24 @@ def max_grad_diff(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return max(float((p.grad - q.grad).abs().max()) for p, q in zip(a.parameters(), b.parameters()))
 
 
-def fresh_net(seed: int) -> torch.nn.Module:
+def fresh_net(seed: int, device: torch.device) -> torch.nn.Module:
     torch.manual_seed(seed)  # the same seed on every rank: identical replicas to start from
-    return build_model("net")
+    return build_model("net").to(device)
 
 
 def run(ctx, args) -> dict:
-    B, ws, r = args.batch_size, ctx.world_size, ctx.rank
-    X, y, _, _ = load_mnist(args.data_root, subset=(B * ws, 1))
+    B, ws, r, dev = args.batch_size, ctx.world_size, ctx.rank, ctx.device
+    X, y, _, _ = load_mnist(args.data_root, device=dev, subset=(B * ws, 1))  # on this rank's device
     X_r, y_r = X[r * B:(r + 1) * B], y[r * B:(r + 1) * B]  # this rank's share of the global batch
 
     # Not train.train_step: the lesson is what happens between backward() and step(), so they are apart.
-    model = fresh_net(args.seed)
+    model = fresh_net(args.seed, dev)
     initial = params_digest(model)
     F.nll_loss(model(X_r), y_r).backward()
     local_grads = grads_digest(model)
 
     # What happens if nobody reduces: each replica steps with its own gradient.
-    alone = fresh_net(args.seed)
+    alone = fresh_net(args.seed, dev)
     alone.load_state_dict(model.state_dict())
     for p, q in zip(alone.parameters(), model.parameters()):
         p.grad = q.grad.clone()
@@ -64,12 +67,13 @@ def run(ctx, args) -> dict:
         p.grad /= ws
     reduced_grads = grads_digest(model)
 
-    reference = fresh_net(args.seed)  # one process, the whole global batch
+    reference = fresh_net(args.seed, dev)  # one process, the whole global batch
     F.nll_loss(reference(X), y).backward()
     torch.optim.SGD(model.parameters(), lr=0.1).step()
 
-    ddp_module = fresh_net(args.seed)
-    ddp = DDP(ddp_module)  # broadcasts rank 0's weights, registers one hook per parameter
+    ddp_module = fresh_net(args.seed, dev)
+    # DDP broadcasts rank 0's weights and registers one hook per parameter; on a GPU, device_ids names this rank's
+    ddp = DDP(ddp_module, device_ids=[dev.index] if dev.type == "cuda" else None)
     F.nll_loss(ddp(X_r), y_r).backward()  # the hooks all-reduce (average) the gradients here
     ddp_grads = grads_digest(ddp_module)
     ddp_vs_manual = max_grad_diff(ddp_module, model)

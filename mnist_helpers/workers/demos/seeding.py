@@ -30,10 +30,12 @@ def shifts(seed: int, n: int = 8) -> list[list[int]]:
 
 
 def run(ctx, args) -> dict:
+    dev = ctx.device  # cuda:LOCAL_RANK under nccl (which broadcasts GPU tensors only), the CPU under gloo
     torch.manual_seed(args.seed + 1000 * ctx.rank)  # a different seed per rank
-    model = build_model("net")
+    model = build_model("net").to(dev)
     before = params_digest(model)
-    DDP(model)  # construction broadcasts rank 0's parameters and buffers to every rank
+    # constructing DDP broadcasts rank 0's parameters and buffers to every rank
+    DDP(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     return {"rank": ctx.rank, "params_before_ddp": before, "params_after_ddp": params_digest(model),
             "shifts_same_seed": shifts(args.seed), "shifts_per_rank_seed": shifts(args.seed + ctx.rank)}
 

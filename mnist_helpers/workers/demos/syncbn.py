@@ -51,7 +51,7 @@ class _SyncBNFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         C = x.size(1)
-        count = torch.tensor([x.numel() / C], dtype=x.dtype)
+        count = torch.tensor([x.numel() / C], dtype=x.dtype, device=x.device)
         mean = x.mean((0, 2, 3))
         invstd = torch.rsqrt(x.var((0, 2, 3), unbiased=False) + eps)
         local = torch.cat([mean, invstd, count])
