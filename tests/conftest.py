@@ -1,7 +1,9 @@
 """Shared fixtures: the provisioned MNIST root (make test provisions it first), small tensors."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -21,3 +23,12 @@ def mnist_root() -> Path:
 def small_mnist(mnist_root):
     from mnist_helpers.data import load_mnist
     return load_mnist(mnist_root, subset=(2048, 1000))
+
+
+@pytest.fixture(autouse=True)
+def restore_environ():
+    """Every test leaves os.environ as it found it. Code that joins a process group in this process (a world of one:
+    device_check's sections, the accum_nosync hook tests) sets MASTER_ADDR/PORT, RANK and WORLD_SIZE; left behind, a
+    later test's worker took itself for a torchrun worker (ddp_train.setup read RANK, then failed on LOCAL_RANK)."""
+    with mock.patch.dict(os.environ):
+        yield
