@@ -358,6 +358,7 @@ for cap in (25, 1):  # bucket_cap_mb: 25 is DDP's default
         opt.step()
         opt.zero_grad()
     result[cap] = list(calls)
+    del model  # release DDP's hold on the process group before leaving it
 if dist.get_rank() == 0:
     json.dump(result, open(args.out, "w"))
 dist.barrier()
