@@ -48,9 +48,14 @@ PACKAGE_ROOT = Path(find_spec("mnist_helpers").origin).parents[1]  # what the ch
 
 # --------------------------------------------------------------------------- mp.spawn from a notebook
 
+def _child_env(*first) -> dict:
+    """This environment for a fresh Python child, with ``first`` folders and the package's root on its path."""
+    path = (*first, PACKAGE_ROOT, os.environ.get("PYTHONPATH"))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in path if p)}
+
+
 def _run_spawn(command: list[str], nprocs: int, timeout: float) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(PACKAGE_ROOT), os.environ.get("PYTHONPATH")) if p)}
+    env = {**_child_env(), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([*command, "--nprocs", str(nprocs)], capture_output=True, text=True, timeout=timeout,
                           env=env)
     text = proc.stdout + proc.stderr
@@ -196,8 +201,7 @@ def find_cuda_initializer(modules: list[str], *, path: str | Path | None = None,
 
     ``path``: a folder put first on the child's ``sys.path`` (a notebook's own modules). On a machine without
     a GPU the call is still caught (it then fails with "no NVIDIA driver", which the module may swallow)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        str(p) for p in (path, PACKAGE_ROOT, os.environ.get("PYTHONPATH")) if p)}
+    env = _child_env(path)
     proc = subprocess.run([sys.executable, "-c", _FIND_INITIALIZER, *modules], capture_output=True, text=True,
                           timeout=timeout, env=env)
     if proc.returncode != 0:
@@ -370,22 +374,24 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                           f"warm-up + {first['repeats']} x {first['timed_steps']} timed steps each, "
                           f"{len({r['round'] for r in dp_rows})} interleaved rounds"))
     sm = {n: demos[n]["sampler"]["summary"] for n in sorted(demos)}
-    shards_ok = all(s["covered"] == 60_000 and s["overlapping"] == 0 for s in sm.values()) and shards_disjoint(ddp_run)
+    disjoint = shards_disjoint(ddp_run)
+    shards_ok = all(s["covered"] == 60_000 and s["overlapping"] == 0 for s in sm.values()) and disjoint
     res.claim("06.distributed_sampler", verdict="holds" if shards_ok else "does not hold here",
               evidence=(f"{' and '.join(str(n) for n in sm)} ranks: "
                         f"{' and '.join(format(s['covered'], ',') for s in sm.values())} "
                         f"images covered, overlapping {' and '.join(str(s['overlapping']) for s in sm.values())}; "
-                        f"your train_ddp.py: the ranks' first images disjoint in every epoch {shards_disjoint(ddp_run)}"),
+                        f"your train_ddp.py: the ranks' first images disjoint in every epoch {disjoint}"),
               numbers={**{f"covered_{n}": s["covered"] for n, s in sm.items()},
                        **{f"overlapping_{n}": s["overlapping"] for n, s in sm.items()}},
               regime=f"MNIST training set (60,000), DistributedSampler over 3 epochs; the notebook's train_ddp.py; {GLOO}")
+    forgot_alike = not epochs_differ(forgot_run)
     set_epoch_ok = (all(s["same_order_without_set_epoch"] == 1.0 and s["same_order_with_set_epoch"] < 0.01
-                        for s in sm.values()) and epochs_differ(ddp_run) and not epochs_differ(forgot_run))
+                        for s in sm.values()) and epochs_differ(ddp_run) and forgot_alike)
     res.claim("06.set_epoch", verdict="holds" if set_epoch_ok else "does not hold here",
               evidence=(f"same position, same image in consecutive epochs: without set_epoch "
                         f"{min(s['same_order_without_set_epoch'] for s in sm.values()):.0%}, with it "
                         f"{max(s['same_order_with_set_epoch'] for s in sm.values()):.3%}; your train_ddp.py without "
-                        f"its set_epoch line began every epoch alike: {not epochs_differ(forgot_run)}"),
+                        f"its set_epoch line began every epoch alike: {forgot_alike}"),
               numbers={**{f"same_order_without_{n}": s["same_order_without_set_epoch"] for n, s in sm.items()},
                        **{f"same_order_with_{n}": s["same_order_with_set_epoch"] for n, s in sm.items()}},
               regime="DistributedSampler(shuffle=True), 60,000 images, 2 and 3 ranks, 3 epochs; the notebook's "
