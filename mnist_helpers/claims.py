@@ -374,3 +374,37 @@ def unsourced_numbers(entry: dict) -> list[str]:
             continue
         missing.append(tok)
     return missing
+
+
+# --------------------------------------------------------------------------- a lesson's claims, recorded in one call
+
+PLAIN = {"holds": "held on this machine", "holds with nuance": "held, with a nuance (see the evidence)",
+         "does not hold here": "did not hold on this machine", "outdated": "outdated (a newer API replaces it)",
+         "wrong": "wrong, as the measurement shows", "inconclusive": "too close to call (the spreads overlap)",
+         "demonstrated": "shown working here", "reproduced": "reproduced here",
+         "not testable here": "this machine cannot test it", BUSY: "no verdict: the machine was busy"}
+
+
+def record(name: str, entries: list[dict], *, profile: str | None = None, folder: str | Path | None = None,
+           extra: dict | None = None, write: bool = True) -> ResultFile:
+    """Record a lesson's claims (the dicts a lesson module's ``claims_NN(...)`` returns: ``id``, ``verdict``,
+    ``evidence``, ``numbers``, ``regime``, optionally ``contention``, ``claim``, ``section``) into
+    ``results/<name>.json`` and return the ``ResultFile``. Refuses evidence that quotes a number ``numbers`` does
+    not hold (:func:`unsourced_numbers`): a result file's evidence is checked, not trusted."""
+    res = ResultFile(name, profile=profile, folder=folder)
+    for entry in entries:
+        res.claim(**entry)
+    unsourced = {c["id"]: unsourced_numbers(c) for c in res.claims.values() if unsourced_numbers(c)}
+    if unsourced:
+        raise ClaimError(f"evidence quotes numbers that are not in numbers=: {unsourced}")
+    res.extra.update(extra or {})
+    if write:
+        res.write()
+    return res
+
+
+def summary(res: ResultFile | list[dict]) -> list[dict]:
+    """One row per claim in plain words (for ``display.show``): the article's sentence and what happened here."""
+    entries = res.claims.values() if isinstance(res, ResultFile) else res
+    return [{"the article says": e.get("claim") or CATALOG_IDS.get(e["id"], {}).get("claim", e["id"]),
+             "on this machine": PLAIN.get(e["verdict"], e["verdict"])} for e in entries]
