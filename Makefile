@@ -3,6 +3,8 @@
 #   make test   same set-up, then the unit tests and every notebook under nbmake (quick profile)
 # Override the interpreter with `make PYTHON=python3.12 ...`, the torch build with
 # `make TORCH_SPEC="torch torchvision" ...` (e.g. to let pip pick a build for your CUDA).
+# Without an NVIDIA GPU the CPU-only torch is installed (scripts/torch_source.py says which and why, in one line),
+# unless the pinned torch already lies on this machine's disk; MNIST_TORCH_SOURCE=pinned turns the choice off.
 
 PYTHON      ?= python3
 VENV        ?= .venv
@@ -31,7 +33,7 @@ $(PY):
 
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install $(TORCH_SPEC)
+	$(PY) -m pip install $$($(PY) scripts/torch_source.py $(TORCH_SPEC))
 	$(PY) -m pip install -e '.[dev]'
 	$(PY) -m mnist_helpers.tools.env_check --quiet
 	touch $(STAMP)

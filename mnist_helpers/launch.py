@@ -159,8 +159,9 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
         end = next((i for i, ln in enumerate(block) if i and not ln.startswith(" ")), len(block) - 1)
         return rank, exitcode, _headline(block[end], block[1:end])
     if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
-        return rank, exitcode, killed_by + (" (often the out-of-memory killer)"
-                                            if "SIGKILL" in killed_by else "")
+        last = [ln for ln in lines if ln.strip()][-5:]  # its last words, e.g. C++'s "terminate called ..."
+        return rank, exitcode, killed_by + (" (often the out-of-memory killer)" if "SIGKILL" in killed_by else "") \
+            + ("\nits last output lines:\n  " + "\n  ".join(last) if last else "")
     if rank is not None and lines:  # exited without a traceback (argparse or an expected error): its last words
         errors = [i for i, ln in enumerate(lines) if ": error:" in ln or ln.startswith("error:")]
         return rank, exitcode, "\n".join(lines[errors[-1]:] if errors else lines[-5:])  # the whole error block
