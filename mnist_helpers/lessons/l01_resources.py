@@ -46,6 +46,10 @@ This module holds:
    hits every setting alike; each point is the median over every timed block. Reported per point:
    ``images_per_s`` and ``cpu_cores_busy`` (process CPU time / wall time during the timed blocks: the
    utilisation the claim is about).
+
+3. **The claims, judged.** ``claims_01(...)`` turns what the notebook measured into its three claims (verdict,
+   evidence, numbers, regime), a pure function the notebook hands to ``claims.record``; ``thread_ratios(sweep)``
+   gives the sweep's ratios for the cell that shows them.
 """
 from __future__ import annotations
 
@@ -666,6 +670,103 @@ def threads_sweep(threads: list[int] | None = None, *, rounds: int = 3, echo: bo
     if not all(isinstance(t, int) and not isinstance(t, bool) and t >= 1 for t in threads):
         raise ValueError(f"threads must be positive integers, got {threads!r}")
     return framework_sweep([{"threads": t} for t in threads], rounds=rounds, common=common, echo=echo)
+
+
+# --------------------------------------------------------------------------- the claims this lesson settles
+
+CONFIG_TARGET = 1.8          # "~2x": best/worst images/s must reach this at the spreads' nearest ends
+GPU_USABLE_GIB = 8 - 0.5     # the article's 8 GB GPU, minus ~0.5 GiB for the CUDA context and kernels
+MEM_HOLDS, MEM_FAILS = 0.10, 0.50   # a training step under 10% of that: no bottleneck; over 50%: one
+
+
+def thread_ratios(sweep: list[dict], default_threads: int) -> dict:
+    """What the threads sweep measured, as numbers: best/worst images/s (median, and at the two spreads' nearest
+    and farthest ends), the default's cores busy against the lowest, and which setting was best and worst."""
+    best = max(sweep, key=lambda r: r["images_per_s"])
+    worst = min(sweep, key=lambda r: r["images_per_s"])
+    default = next(r for r in sweep if r["threads"] == default_threads)
+    return {"best": best["threads"], "worst": worst["threads"], "blocks": min(r["blocks"] for r in sweep),
+            "ratio": best["images_per_s"] / worst["images_per_s"],
+            "ratio_low": min(best["samples"]) / max(worst["samples"]),
+            "ratio_high": max(best["samples"]) / min(worst["samples"]),
+            "cores_busy_ratio": default["cpu_cores_busy"] / min(r["cpu_cores_busy"] for r in sweep),
+            "default_vs_best": default["vs_best"]}
+
+
+def _busy(contention) -> bool:
+    if contention is None:
+        return False
+    return bool(contention.get("busy") if isinstance(contention, dict) else contention.busy)
+
+
+def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: dict, shells: dict,
+              memory: dict, contention=None) -> list[dict]:
+    """The claims notebook 01 settles, one dict per claim (``claims.ResultFile.claim``'s keyword arguments), from
+    what the notebook measured: ``sweep`` (``threads_sweep`` rows: ``threads``, ``images_per_s``, ``samples``,
+    ``blocks``, ``cpu_cores_busy``, ``vs_best``, ``others_cpu_share``), torch's ``default_threads``, the usable
+    ``cores``, ``readings`` (``logical_cores``, ``usable_cores``, ``ram_gib``, ``torch_threads``, ``gpus``),
+    ``shells`` (``{"lscpu": True, ...}``: present or not), ``memory`` (``step_peak_mib``, ``persistent_mib``,
+    ``transient_mib``, ``device``, ``method``) and the sweep's ``contention`` (a ``claims.Contention`` or its dict).
+
+    - ``01.config_2x``: one knob only, torch's intra-op thread count. Holds when best/worst images/s is at least
+      ``CONFIG_TARGET`` even at the spreads' nearest ends; does not hold when it stays below it at their farthest
+      ends; inconclusive in between or with one timed block; no verdict on a busy machine.
+    - ``01.inspect_first``: demonstrated when every reading came back.
+    - ``01.gpu_memory_enough``: holds under ``MEM_HOLDS`` of an 8 GB GPU's usable memory, does not hold above
+      ``MEM_FAILS``, inconclusive in between.
+    """
+    from mnist_helpers.claims import BUSY
+
+    t = thread_ratios(sweep, default_threads)
+    by_t = {r["threads"]: r for r in sweep}
+    if _busy(contention):
+        verdict = BUSY
+    elif t["blocks"] < 2:
+        verdict = "inconclusive"
+    elif t["ratio_low"] >= CONFIG_TARGET:
+        verdict = "holds"
+    elif t["ratio_high"] < CONFIG_TARGET:
+        verdict = "does not hold here"
+    else:
+        verdict = "inconclusive"
+    others = max((r.get("others_cpu_share") or 0) for r in sweep)
+    n = {"ratio": t["ratio"], "ratio_low": t["ratio_low"], "ratio_high": t["ratio_high"], "target": CONFIG_TARGET,
+         "cores_busy_ratio": t["cores_busy_ratio"], "default_threads": default_threads, "cores": cores,
+         **{f"img_s_{k}_threads": r["images_per_s"] for k, r in by_t.items()},
+         **{f"samples_{k}_threads": r["samples"] for k, r in by_t.items()}, "others_cpu_share_max": others}
+    rounds_note = f"{t['blocks']} timed blocks per setting"
+    out = [dict(
+        id="01.config_2x", verdict=verdict, numbers=n, contention=contention,
+        regime=(f"one knob: torch's intra-op threads (torch.set_num_threads {', '.join(map(str, sorted(by_t)))}: "
+                f"1 as under OMP_NUM_THREADS=1, {default_threads} torch's default, {2 * cores} twice the cores); "
+                f"nothing else changed (no TF32, cuDNN, allocator or AMP on a CPU); Net, Adam, batch 128, synthetic "
+                f"batches, a fresh process per setting, {rounds_note}; {cores} cores"),
+        evidence=("threads only: " + ", ".join(f"{k} threads {r['images_per_s']:,.0f}" for k, r in by_t.items())
+                  + f" img/s; best/worst {t['ratio']:.2f}x (spread {t['ratio_low']:.2f}-{t['ratio_high']:.2f}x, "
+                  f"threshold {CONFIG_TARGET}x); others used up to {others:.0%} of the CPU"))]
+    ok = all(readings.get(k) is not None for k in ("logical_cores", "usable_cores", "ram_gib", "torch_threads"))
+    n = {**{k: readings.get(k) for k in ("logical_cores", "usable_cores", "ram_gib", "torch_threads", "gpus")},
+         **{f"{k.split()[0]}_present": bool(v) for k, v in shells.items()}}
+    out.append(dict(
+        id="01.inspect_first", verdict="demonstrated" if ok else "inconclusive", numbers=n,
+        regime="Python readings (os, psutil, torch, torch.cuda) and the article's shell commands, run when present",
+        evidence=(f"read from Python: {n['logical_cores']} cores ({n['usable_cores']} usable), "
+                  + (f"{n['ram_gib']:.1f} GiB RAM, " if n["ram_gib"] is not None else "RAM unread, ")
+                  + f"{n['torch_threads']} torch threads, {n['gpus']} GPU(s); shell: "
+                  + ", ".join(f"{k} {'run' if v else 'absent'}" for k, v in shells.items()))))
+    share = memory["step_peak_mib"] / (GPU_USABLE_GIB * 1024)
+    verdict = "holds" if share < MEM_HOLDS else "does not hold here" if share > MEM_FAILS else "inconclusive"
+    n = {"step_peak_mib": memory["step_peak_mib"], "gpu_usable_gib": GPU_USABLE_GIB, "share": share,
+         "persistent_mib": memory["persistent_mib"], "transient_mib": memory["transient_mib"],
+         "holds_below": MEM_HOLDS, "fails_above": MEM_FAILS}
+    out.append(dict(
+        id="01.gpu_memory_enough", verdict=verdict, numbers=n,
+        regime=(f"Net, Adam, batch 128, one training step measured on {memory.get('device', 'cpu')} "
+                f"({memory.get('method', 'peak memory')})"),
+        evidence=(f"a Net training step at batch 128 peaks at {n['step_peak_mib']:.0f} MiB "
+                  f"({n['persistent_mib']:.0f} persistent + {n['transient_mib']:.0f} transient), {share:.1%} of the "
+                  f"{GPU_USABLE_GIB} GiB usable on an 8 GB GPU (under {MEM_HOLDS:.0%}: no bottleneck)")))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
