@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import distributed
+from mnist_helpers import claims, distributed
 from mnist_helpers.launch import torchrun
 from mnist_helpers.lessons import l06_ddp as l06
 from mnist_helpers.tools import progression
@@ -178,6 +178,7 @@ def _synthetic(*, set_epoch_works=True, reduce_works=True):
                                         "steps": 3, "sync_impl": "CpuSyncBatchNorm (gloo)"}}},
              3: {"sampler": {"summary": sampler},
                  "validation": {"summary": {"world_size": 3, "test_images": 10_000, "others_wait_fraction": 0.9,
+                                            "rank0_only_rounds_s": [1.0, 1.1, 1.05], "exact_rounds_s": [0.5, 0.6, 0.55],
                                             "sampler_count": 10_002, "exact_count": 10_000, "exact_acc": 0.9,
                                             "exact_equals_single": True}}}}
     article = {"ranks": [{"param_digest": "x", "steps": 3}, {"param_digest": "x", "steps": 3}]}
@@ -203,3 +204,36 @@ def test_claims_can_come_out_the_other_way(tmp_path):
         "quick", folder=tmp_path, **_synthetic(set_epoch_works=False, reduce_works=False)).claims.values()}
     assert verdicts["06.set_epoch"] == "does not hold here"
     assert verdicts["06.allreduce_average"] == "does not hold here"
+
+
+@pytest.mark.parametrize("r0, ex, expected", [
+    ([1.0, 1.1, 1.05], [0.5, 0.6, 0.55], "holds"),             # rank 0 alone 1.9x slower, rounds apart
+    ([0.50, 0.52, 0.51], [0.60, 0.62, 0.61], "does not hold here"),  # splitting the work was slower here
+    ([0.60, 0.61, 0.60], [0.60, 0.59, 0.61], "does not hold here"),  # no difference
+    ([0.7, 1.0, 0.9], [0.6, 0.75, 0.8], "inconclusive"),       # 1.2x but the rounds overlap
+])
+def test_rank0_eval_is_judged_on_the_validation_steps_wall_time(r0, ex, expected):
+    v = {"world_size": 3, "others_wait_fraction": 0.97, "rank0_only_rounds_s": r0, "exact_rounds_s": ex}
+    entry = l06.rank0_eval_claim(v)
+    assert entry["verdict"] == expected
+    assert not claims.unsourced_numbers({**entry, "id": "06.rank0_eval_waits"})
+
+
+def test_a_busy_machine_gets_no_verdict_on_rank0_eval():
+    class Busy:
+        busy = True
+    v = {"world_size": 3, "others_wait_fraction": 0.97, "rank0_only_rounds_s": [1, 1.1], "exact_rounds_s": [.5, .6]}
+    assert l06.rank0_eval_claim(v, Busy())["verdict"] == claims.BUSY
+
+
+@pytest.mark.parametrize("impl, plain, sync, expected", [
+    ("nn.SyncBatchNorm (nccl)", 1e-2, 1e-12, "holds"),
+    ("nn.SyncBatchNorm (nccl)", 1e-2, 1e-2, "does not hold here"),
+    ("CpuSyncBatchNorm (gloo)", 1e-2, 1e-12, "not testable here"),   # the article's API needs GPUs
+])
+def test_syncbn_is_judged_on_the_articles_api_only(impl, plain, sync, expected):
+    sb = {"running_stats_spread_plain": 1e-2, "running_stats_spread_sync": 1e-8 if sync < 1e-9 else 1e-2,
+          "plain_vs_single_process": plain, "sync_vs_single_process": sync, "steps": 3, "sync_impl": impl}
+    entry = l06.syncbn_claim(sb)
+    assert entry["verdict"] == expected
+    assert not claims.unsourced_numbers({**entry, "id": "06.syncbn"})

@@ -34,6 +34,8 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--batch-size", type=int, default=32, help="images per process per step")
     ap.add_argument("--steps", type=int, default=3, help="training steps in the demos that train")
     ap.add_argument("--train-steps", type=int, default=40, help="steps to train the model the validation demo scores")
+    ap.add_argument("--eval-repeats", type=int, default=3,
+                    help="interleaved rounds of the validation demo's rank-0-only and exact evaluations")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-root", default=None, help="folder holding MNIST/raw (default: the project's)")
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
