@@ -106,6 +106,18 @@ class TrainConfig:
     def replace(self, **changes) -> "TrainConfig":
         return dataclasses.replace(self, **changes)
 
+    def global_batch_size(self, world_size: int) -> int:
+        """Images per optimizer step over all processes: ``batch_size`` is per process."""
+        return self.batch_size * world_size
+
+    def with_global_batch(self, global_batch: int, world_size: int) -> "TrainConfig":
+        """This config with ``batch_size`` set so that ``world_size`` processes together take ``global_batch``
+        images per step (the article's 5.4: 1 x 128 against 2 x 64); refuses a split that is not exact."""
+        if world_size < 1 or global_batch % world_size:
+            raise ConfigError(f"a global batch of {global_batch} does not split evenly over {world_size} "
+                              f"process(es): choose a multiple of {world_size}")
+        return self.replace(batch_size=global_batch // world_size)
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

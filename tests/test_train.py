@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from mnist_helpers.train import TrainConfig, fit
+from mnist_helpers.train import ConfigError, TrainConfig, fit
 
 
 @pytest.mark.parametrize("changes,match", [
@@ -75,3 +75,12 @@ def test_train_step_is_one_sgd_step_and_label_smoothing_changes_the_loss():
     smoothed = train_step(a, opt_a, X, y, label_smoothing=0.1)
     plain = train_step(b, opt_b, X, y)
     assert not torch.allclose(smoothed, plain)
+
+
+def test_the_global_batch_is_split_over_the_processes():
+    cfg = TrainConfig(batch_size=128)
+    assert cfg.global_batch_size(2) == 256
+    half = cfg.with_global_batch(128, 2)
+    assert half.batch_size == 64 and half.global_batch_size(2) == 128
+    with pytest.raises(ConfigError, match="does not split evenly over 3"):
+        cfg.with_global_batch(128, 3)

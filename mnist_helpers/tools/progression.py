@@ -100,11 +100,6 @@ def step_report(workers: Path = WORKERS) -> list[dict]:
     return rows
 
 
-def marked_lines(name: str, marker: str, workers: Path = WORKERS) -> list[str]:
-    """The lines of one worker that carry a marker, as written (indentation dropped)."""
-    return [ln for ln in code_lines(workers / name) if marker in ln]
-
-
 # --------------------------------------------------------------------------- on screen
 
 def code_text(name: str, workers: Path = WORKERS) -> str:
