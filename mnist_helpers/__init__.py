@@ -22,7 +22,9 @@ The core (every notebook and worker; the notebook that introduces each module in
                  command's one error boundary: one message with the fix, exit code 2 (00)
 
 Lessons: one module per notebook, built on the core, never importing each other:
+    lessons/l00_setup             00  the damaged-file experiment's claim (claims_00)
     lessons/l01_resources         01  recommended settings per machine, framework and thread sweeps
+    lessons/l02_baseline          02  the baseline's claims and the loop-vs-fit() comparison (claims_02)
     lessons/l03_dataloader        03  DataLoader sweeps, per-worker memory, the loader widget
     lessons/l04_batch_scaling     04  batch size x learning-rate rules, the batch explorer
     lessons/l05_precision_memory  05  autocast and GradScaler, accumulation, leaks, the CUDA allocator

@@ -209,7 +209,11 @@ def test_notebook_02_compares_the_loop_and_fit_on_one_device():
     code = "\n".join(cells("02_single_device_baseline"))
     cfg = next(c for c in calls(code, "TrainConfig") if keyword(c, "loader") == "'dataloader'")
     assert keyword(cfg, "device") == "device.type", "fit() runs on the article loop's device"
-    assert "SAME = SAME_DEVICE and" in code, "the claim is judged only on same-device runs"
+    assert "loop_device=device.type" in code, "the comparison knows the article loop's device"
+    from mnist_helpers.lessons.l02_baseline import compare_loop_and_fit
+    row = [{"epoch": 1, "test_acc": 0.9, "seconds": 1.0}]
+    assert not compare_loop_and_fit(row, row, loop_device="cpu", fit_device="mps", max_weight_diff=0.0)["identical"], \
+        "the claim is judged only on same-device runs"
 
 
 # --------------------------------------------------------------------------- 06's demos: tensors on ctx.device
