@@ -131,7 +131,7 @@ def test_notebook_05_writes_the_techniques_out():
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     for literal in ("torch.amp.autocast(", "torch.amp.GradScaler(", "scaler.scale(loss).backward()", "loss.backward()",
                     "optimizer.step()", "model.no_sync", "no_sync()", "DDP(", "dist.init_process_group(",
-                    "claims.ResultFile(\"05_mixed_precision_and_memory\""):
+                    "claims.record(\"05_mixed_precision_and_memory\"", "claims_05("):
         assert literal in code, literal
     headings = [line for c in nb["cells"] if c["cell_type"] == "markdown" for line in "".join(c["source"]).splitlines()
                 if line.startswith("#")]

@@ -95,3 +95,14 @@ def test_training_loop_leak_is_graph_nodes_growing_with_steps():
     four = leak_demo(num_steps=4, accumulate="tensor", backward=True, batch_size=8)
     assert four["graph_nodes_kept"] > two["graph_nodes_kept"] > 0
     assert leak_demo(num_steps=4, accumulate="item", backward=True, batch_size=8)["graph_nodes_kept"] == 0
+
+
+def test_what_the_kept_graphs_hold():
+    """After backward() the kept graphs hold no saved tensor (only the 4-byte losses and their grad_fn chains); in an
+    evaluation loop without no_grad they hold every batch's activations (at least conv1's, batch x 32 x 26 x 26 fp32)."""
+    train = leak_demo(num_steps=3, accumulate="tensor", backward=True, batch_size=8)
+    assert train["saved_bytes_kept"] == 0 and train["saved_freed"] > 0 and train["loss_tensors_kept"] == 3
+    ev = leak_demo(num_steps=3, accumulate="tensor", backward=False, batch_size=8)
+    assert ev["saved_bytes_kept"] >= 3 * 8 * 32 * 26 * 26 * 4 and ev["saved_freed"] == 0
+    item = leak_demo(num_steps=3, accumulate="item", backward=False, batch_size=8)
+    assert item["saved_bytes_kept"] == 0 and item["loss_tensors_kept"] == 0

@@ -28,7 +28,8 @@ Gradient accumulation:
   2-process timing is the worker ``workers/bench/accum_nosync``).
 
 Memory experiments (run through ``memory.run_isolated`` for a fresh process):
-- ``leak_demo``: summing the loss tensor instead of ``loss.item()`` keeps every batch's graph;
+- ``leak_demo``: summing the loss tensor instead of ``loss.item()`` keeps every batch's loss and its graph;
+  ``kept_by_graph`` counts what such a graph still holds (after ``backward()``: no saved tensor);
 - ``allocator_fragmentation`` (CUDA only): the caching allocator with and without ``expandable_segments``;
 - ``empty_cache_cost`` (CUDA only): what ``torch.cuda.empty_cache()`` after every step costs;
 - ``kept_allocator_run``: both, from a kept GPU run, for a machine without one.
@@ -357,8 +358,10 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     ``accumulate="tensor"`` sums the loss *tensor* (``total += loss``): every batch's graph stays
     reachable from ``total``. ``"item"`` sums ``loss.item()`` (a Python float): nothing is kept.
     ``backward=True`` is a training loop: ``backward()`` frees the activations each graph saved, so
-    only the graph's nodes pile up. ``backward=False`` is an evaluation loop without
-    ``torch.no_grad()``: then each kept graph still holds its saved activations.
+    what piles up is the loss tensors themselves (4 bytes each) and their ``grad_fn`` chains, with no saved tensor
+    left in them. ``backward=False`` is an evaluation loop without ``torch.no_grad()``: then each kept graph still
+    holds its saved activations. ``kept_by_graph`` counts both exactly (``graph_nodes_kept``, ``saved_bytes_kept``);
+    ``bytes_after_step`` is the process's meter (RSS on CPU: the allocator's and the OS's noise included).
     On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there. Called by name,
     ``"mnist_helpers.lessons.l05_precision_memory:leak_demo"``, from notebook 05 and tests/test_memory.py: keep its keyword arguments and JSON-able result.
     """
@@ -382,9 +385,43 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
         total = total + (loss.item() if accumulate == "item" else loss)
         del loss
         used.append(current_bytes(dev))
+    kept = kept_by_graph(total, exclude=[*net.parameters(), X, y])
     return {"accumulate": accumulate, "backward": backward, "bytes_after_step": used,
             "growth_per_step": (used[-1] - used[0]) / max(num_steps - 1, 1),
-            "graph_nodes_kept": graph_nodes(total), "mean_loss": float(getattr(total, "detach", lambda: total)()) / num_steps}
+            "graph_nodes_kept": graph_nodes(total), "saved_bytes_kept": kept["saved_bytes"],
+            "saved_tensors_kept": kept["saved_tensors"], "saved_freed": kept["freed"],
+            "loss_tensors_kept": num_steps if accumulate == "tensor" else 0,
+            "mean_loss": float(getattr(total, "detach", lambda: total)()) / num_steps}
+
+
+def kept_by_graph(t, exclude=()) -> dict:
+    """What the autograd graph reachable from ``t`` still holds: its ``nodes``, the distinct ``saved_tensors`` still
+    alive in them and their ``saved_bytes`` (the tensors in ``exclude``, e.g. the parameters and the input batch,
+    live anyway and are not counted), and ``freed``: saved slots that ``backward()`` already released."""
+    skip = {x.untyped_storage().data_ptr() for x in exclude}
+    root = getattr(t, "grad_fn", None)
+    seen, stack, storages = set(), [root] if root is not None else [], {}
+    freed = 0
+    while stack:
+        node = stack.pop()
+        if node is None or id(node) in seen:
+            continue
+        seen.add(id(node))
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            try:
+                value = getattr(node, name)
+            except RuntimeError:  # "... saved tensors after they have already been freed": backward() released it
+                freed += 1
+                continue
+            for x in value if isinstance(value, (tuple, list)) else (value,):
+                if isinstance(x, torch.Tensor):
+                    storage = x.untyped_storage()
+                    if storage.data_ptr() not in skip:
+                        storages[storage.data_ptr()] = storage.nbytes()
+        stack.extend(n for n, _ in node.next_functions)
+    return {"nodes": len(seen), "saved_tensors": len(storages), "saved_bytes": sum(storages.values()), "freed": freed}
 
 
 def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
@@ -474,3 +511,121 @@ def empty_cache_cost(num_steps: int = 50, batch_size: int = 512, model: str = "n
     plain, emptied = statistics.median(times[False]), statistics.median(times[True])
     return {"ms_per_step": plain, "ms_per_step_empty_cache": emptied, "slowdown": emptied / plain,
             "gpu": torch.cuda.get_device_name(dev)}
+
+
+# --------------------------------------------------------------------------- the claims notebook 05 records
+
+AMP_CPU_CLAIM = ("bf16 autocast on a CPU halves a training step's peak memory and speeds it up (the article's AMP "
+                 "claim, tried on this CPU)")
+ARTICLE_AMP_BATCH = 128  # the article's regime for AMP: one GPU, its recipe's batch
+
+
+def _busy(contention) -> bool:
+    if contention is None:
+        return False
+    if isinstance(contention, dict):
+        return bool(contention.get("busy"))
+    return bool(contention.busy)
+
+
+def _as_dict(contention):
+    return contention.to_dict() if hasattr(contention, "to_dict") else contention
+
+
+def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: int, amp_load=None,
+              deprecations: int, torch_version: str, accum: list[dict], leak: dict, leak_steps: int) -> list[dict]:
+    """The claims of notebook 05, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``).
+
+    ``device``: the device type the notebook measured on; ``precision``: ``compare_precisions``' rows by mode (``fp32``
+    and ``bf16`` at ``batch_size``); ``small``: its fp32 and bf16 rows at batch 32; ``amp_load``: the
+    ``claims.Contention`` (or its dict) of those timings; ``deprecations``: how many warnings the article's
+    ``torch.cuda.amp`` spelling raised; ``accum``: ``accumulation_memory``'s rows; ``leak``: ``leak_demo``'s results by
+    loop name (``"training loop, total += loss"``, ``"... total += loss.item()"``, ``"eval loop, ..."``).
+
+    - 05.amp_memory_speed (the article: a GPU at batch 128): *not testable here* without a CUDA GPU (the CPU's
+      numbers are quoted as context and judged in 05.amp_on_cpu); on a GPU ``amp_verdict`` of bf16 against fp32, or
+      ``claims.BUSY`` when the timings ran on a busy machine.
+    - 05.amp_on_cpu (ours, CPU only): the same rule for bf16 autocast on this CPU.
+    - 05.cuda_amp_api: *outdated* when both of the article's calls warn, *holds* when neither does.
+    - 05.accumulation_memory: *wrong* when k micro-batches lower the peak below 0.9x of k=1's, *holds* above 1.1x.
+    - 05.loss_leak: in the training loop (the article's case) *holds* when the kept graphs also keep saved tensors
+      (at least a quarter of the eval loop's per batch), *holds with nuance* when they keep only the loss tensors and
+      their ``grad_fn`` chains (``backward()`` freed the rest), *does not hold here* when nothing is kept.
+    """
+    from mnist_helpers.claims import BUSY
+
+    out = []
+    fp32, bf16 = precision["fp32"], precision["bf16"]
+    gain = amp_gain(fp32, bf16)
+    small_ratio = small[1]["peak_mib"] / small[0]["peak_mib"]
+    peak_how = "allocation replay" if fp32.get("memory_method") == "profiler" else \
+        f"the {fp32.get('memory_method')} memory counters"
+    amp_n = {"peak_ratio": gain["peak_ratio"], "transient_ratio": gain["transient_ratio"],
+             "persistent_ratio": bf16["persistent_mib"] / fp32["persistent_mib"], "peak_ratio_batch32": small_ratio,
+             "speedup": gain["speedup"], "bf16_blocks": bf16["block_images_per_s"],
+             "fp32_blocks": fp32["block_images_per_s"], "batch": batch_size}
+    measured = (f"bf16 vs fp32 at batch {batch_size}: peak x{gain['peak_ratio']:.2f} (activations "
+                f"x{gain['transient_ratio']:.2f}, weights/grads/Adam x{amp_n['persistent_ratio']:.2f}; x{small_ratio:.2f} "
+                f"at batch 32); speed x{gain['speedup']:.2f} (blocks {min(bf16['block_images_per_s']):,.0f}-"
+                f"{max(bf16['block_images_per_s']):,.0f} vs {min(fp32['block_images_per_s']):,.0f}-"
+                f"{max(fp32['block_images_per_s']):,.0f} img/s)")
+    blocks = f"{len(bf16['block_images_per_s'])} interleaved timed blocks per mode, peak by {peak_how}"
+    if device == "cuda":
+        verdict = BUSY if _busy(amp_load) else amp_verdict([gain])
+        note = "" if batch_size == ARTICLE_AMP_BATCH else f" (the article's batch is {ARTICLE_AMP_BATCH})"
+        out.append(dict(id="05.amp_memory_speed", verdict=verdict, evidence=measured, numbers=amp_n,
+                        contention=_as_dict(amp_load),
+                        regime=f"Net, Adam, batch {batch_size}{note} and 32, {blocks}; CUDA GPU"))
+    else:
+        out.append(dict(id="05.amp_memory_speed", verdict="not testable here",
+                        evidence=f"no CUDA GPU here, and the article's claim is about one; on this {device}: " + measured,
+                        numbers={**amp_n, "article_batch": ARTICLE_AMP_BATCH}, contention=_as_dict(amp_load),
+                        regime=(f"the article's: one GPU at batch {ARTICLE_AMP_BATCH}; measured here: bf16 autocast "
+                                f"on {device}, Net, Adam, batch {batch_size} and 32, {blocks}")))
+        if device == "cpu":
+            out.append(dict(id="05.amp_on_cpu", claim=AMP_CPU_CLAIM, section="ours",
+                            verdict=BUSY if _busy(amp_load) else amp_verdict([gain]), evidence=measured,
+                            numbers=amp_n, contention=_as_dict(amp_load),
+                            regime=f"bf16 autocast on this CPU, Net, Adam, batch {batch_size} and 32, {blocks}"))
+
+    out.append(dict(id="05.cuda_amp_api",
+                    verdict="outdated" if deprecations == 2 else "holds" if deprecations == 0 else "holds with nuance",
+                    evidence=(f"{deprecations} FutureWarning(s) from torch.cuda.amp.autocast()/GradScaler() on torch "
+                              f"{torch_version}; torch.amp.autocast(device_type) and torch.amp.GradScaler(device_type) "
+                              "run the same step (written out in the notebook)"),
+                    numbers={"future_warnings": deprecations}, regime=f"torch {torch_version}, {device}"))
+
+    ratio = accum[-1]["peak_mib"] / accum[0]["peak_mib"]
+    acc_n = {"k": [r["k"] for r in accum], "peak_mib": [r["peak_mib"] for r in accum], "ratio": ratio,
+             "max_grad_diff": max(r["max_grad_diff"] for r in accum), "batch": batch_size}
+    out.append(dict(id="05.accumulation_memory",
+                    verdict="wrong" if ratio < 0.9 else "holds" if ratio > 1.1 else "inconclusive",
+                    evidence=(f"one step over {batch_size} images: peak {accum[0]['peak_mib']:.1f} MiB at k=1, "
+                              f"{accum[-1]['peak_mib']:.1f} MiB at k={accum[-1]['k']} (x{ratio:.2f}); same gradient "
+                              f"within {acc_n['max_grad_diff']:.0e}"),
+                    numbers=acc_n,
+                    regime=f"Net, Adam, one optimizer step over {batch_size} images in k micro-batches, {device}"))
+
+    tr_t, tr_i = leak["training loop, total += loss"], leak["training loop, total += loss.item()"]
+    ev_t = leak["eval loop, total += loss"]
+    leak_n = {"train_nodes": tr_t["graph_nodes_kept"], "train_item_nodes": tr_i["graph_nodes_kept"],
+              "train_saved_mib": tr_t["saved_bytes_kept"] / MiB,
+              "train_saved_mib_per_step": tr_t["saved_bytes_kept"] / MiB / leak_steps,
+              "train_saved_freed": tr_t.get("saved_freed", 0), "loss_tensors_kept": tr_t.get("loss_tensors_kept", 0),
+              "eval_nodes": ev_t["graph_nodes_kept"], "eval_saved_mib_per_step": ev_t["saved_bytes_kept"] / MiB / leak_steps,
+              "steps": leak_steps, "meter_mib_per_step": {k: r["growth_per_step"] / MiB for k, r in leak.items()}}
+    graphs_kept = leak_n["train_nodes"] > leak_n["train_item_nodes"]
+    holds_memory = leak_n["train_saved_mib_per_step"] > 0.25 * max(leak_n["eval_saved_mib_per_step"], 1e-9)
+    out.append(dict(id="05.loss_leak",
+                    verdict=("holds" if graphs_kept and holds_memory else "holds with nuance" if graphs_kept
+                             else "does not hold here"),
+                    evidence=(f"training loop, total += loss: {leak_n['loss_tensors_kept']} loss tensors and "
+                              f"{leak_n['train_nodes']} grad_fn nodes kept after {leak_steps} steps "
+                              f"({leak_n['train_item_nodes']} with .item()), holding "
+                              f"{leak_n['train_saved_mib']:.2f} MiB of saved tensors (backward freed "
+                              f"{leak_n['train_saved_freed']}); eval loop without no_grad: "
+                              f"{leak_n['eval_saved_mib_per_step']:.1f} MiB of saved activations kept per batch"),
+                    numbers=leak_n,
+                    regime=(f"Net, batch 64, SGD, {leak_steps} steps per loop, each in a fresh process; what the "
+                            f"summed loss's graph holds, counted by walking it (kept_by_graph), on {device}")))
+    return out
