@@ -7,9 +7,14 @@ The regime (lessons/l04_batch_scaling.fair_plan): real doublings from the base b
 warm-up of one epoch against a fixed LR; Adam fixed/linear/sqrt at 512 and 2048; batch 8 against 128 at equal epochs
 (1 epoch) for SGD and Adam; one tiny-step run (batch 4096 for 1 epoch, 14 steps) labelled "where the rule breaks".
 At least 3 seeds for error bars. The model is the MLP (784-256-10, no BatchNorm), not FastNet or the article's Net:
-measured here, FastNet trains at about 600 images/s on one shared core against the MLP's 16,000, and the sweep
-(about 20 runs x 10 epochs x 60,000 images per seed) only fits a 2-core CPU with the MLP. The rule is a statement
-about SGD, not about convolutions; the notebook runs a reduced sweep live beside this reference.
+FastNet needs about an order of magnitude more FLOPs per image (notebook 04's second cell computes both with
+``models.flops_per_image``), and the sweep (about 20 runs x 10 epochs x 60,000 images per seed) only fits a 2-core
+CPU with the MLP; the MLP's measured images/s are in the result file's ``runs``. The rule is a statement about SGD,
+not about convolutions; the notebook runs a reduced sweep live beside this reference.
+
+"Batch 8 is unstable" is judged on runs that diverge and on final accuracy scattered across seeds (the step-loss
+noise is higher at batch 8 by construction); "batch 4096 generalises worse" on the train-test gap at equal epochs
+(the sweep has no equal-steps run), not on the lower test accuracy that fewer steps give.
 
 One seed takes about 8 minutes on a shared 2-core Xeon; run the seeds in separate calls and merge them with
 --append (each call keeps the rows already in the file, replaces those of the seeds it runs, and re-judges all):

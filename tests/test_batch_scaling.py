@@ -141,9 +141,10 @@ def test_verdicts_from_synthetic_rows():
     assert v["04.double_batch_double_lr"]["verdict"] == "holds with nuance"  # holds at 256, not at 4096
     assert v["04.double_batch_double_lr"]["numbers"]["holds_up_to_batch"] == 256
     assert v["04.adam_complicated"]["verdict"] == "holds"  # linear below sqrt, separated
-    assert v["04.batch8_unstable"]["verdict"] == "holds with nuance"  # noisier, same accuracy
-    assert "inside the noise" in v["04.batch8_unstable"]["evidence"]
-    assert v["04.batch4096"]["verdict"] == "holds"  # 3x the images/s, lower accuracy, wider gap
+    # noisier steps (by construction) but nothing diverged and the seeds agree: not unstable
+    assert v["04.batch8_unstable"]["verdict"] == "does not hold here"
+    assert "ends the same within the noise" in v["04.batch8_unstable"]["evidence"]
+    assert v["04.batch4096"]["verdict"] == "holds"  # 3x the images/s, wider train-test gap
     assert bs.judge(_synthetic(lin_acc_4096=0.98))["04.double_batch_double_lr"]["verdict"] == "holds"
     assert bs.judge(_synthetic(), busy=claims.BUSY)["04.batch4096"]["verdict"] == claims.BUSY
     one = bs.judge(_synthetic(seeds=(0,)))  # one seed: no spread, no accuracy verdict
