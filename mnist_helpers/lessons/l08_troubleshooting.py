@@ -18,6 +18,8 @@ programs are ``mnist_helpers/workers/bugs/*.py``; each docstring gives the comma
 terminal. Each torchrun launch starts Python and imports torch in every process: several seconds on a small
 CPU, so the functions keep process counts and timeouts small.
 
+**The claims.** :func:`claims_08` turns the records into the claim entries ``claims.record`` writes (pure).
+
 **The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
 (``mnist_helpers.memory.peak_memory``) and returns one row per item.
 
@@ -310,8 +312,10 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
 
 
 def eval_through_ddp(nproc: int = 2, timeout_s: float = 5.0, launch_timeout: float = 120) -> Repro:
-    """Rank 0 evaluates a BatchNorm model through the DDP wrapper: DDP's forward broadcasts the buffers, a
-    collective the other ranks (waiting in ``barrier()``) never join; a short timeout turns the hang into an error.
+    """Rank 0 alone evaluates a BatchNorm model through the DDP wrapper (the article's 6.4 evaluates on rank 0 only;
+    it shows no barrier: the bug worker adds one so that the other ranks wait, as a real job would at its next
+    collective). DDP's forward broadcasts the buffers, a collective only rank 0 enters; a short timeout turns the
+    hang into an error.
     The fixes: ``model.module`` on rank 0, or every rank evaluates; a model without buffers never hangs."""
     module = "mnist_helpers.workers.bugs.eval_through_ddp"
     t0 = time.perf_counter()
@@ -326,7 +330,8 @@ def eval_through_ddp(nproc: int = 2, timeout_s: float = 5.0, launch_timeout: flo
          or telling_line(hang.root_cause + "\n" + hang.output, r"timed out|timeout")),
         "after a training step, DDP's forward starts with a broadcast of rank 0's buffers (BatchNorm's running "
         "statistics; broadcast_buffers=True by default), even under no_grad() and eval(); rank 0 evaluating "
-        "alone through the wrapper waits in that broadcast while rank 1 waits in barrier(): a hang until the "
+        "alone through the wrapper waits in that broadcast, which rank 1 never joins (our worker has it wait in "
+        "barrier(); any other collective, or the next training step, does the same): a hang until the "
         f"process-group timeout ({timeout_s:g} s here, 30 min by default)",
         "evaluate model.module (the bare model: no collective) on rank 0, or let every rank evaluate through the "
         "wrapper (its own shard, results all-reduced: 06's distributed validation)",
@@ -619,16 +624,18 @@ def cuda_fork(timeout: float = 180) -> Repro:
 # --------------------------------------------------------------------------- 9. loader starvation, /dev/shm
 
 def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 128, model: str = "fastnet",
-                      num_workers: int = 0, subset: int = 4096) -> Repro:
+                      num_workers: int = 0, subset: int = 4096, device: str = "cpu") -> Repro:
     """The fraction of each training step spent waiting for data: the article's per-sample PIL loader
-    vs in-memory tensor batches (``mnist_helpers.train.train_with_loader`` does the timing, as in 03)."""
+    vs in-memory tensor batches (``mnist_helpers.train.train_with_loader`` does the timing, as in 03), training on
+    ``device`` (a GPU where there is one: then the waiting share is what nvidia-smi's utilisation leaves idle)."""
     ds = Subset(mnist_datasets()[0], range(subset))  # the article's per-sample PIL route
     loader = make_loader(ds, batch_size, num_workers=num_workers, persistent_workers=num_workers > 0)
     alone = time_loader(loader, epochs=1, max_batches=steps)["images_per_s"]  # the loader with no model
-    slow = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps)
+    slow = train_with_loader(loader, model=model, steps=steps, warmup_steps=warmup_steps, device=device)
     del loader
     X, y = dataset_tensors(ds)
-    fast = train_with_loader(TensorBatches(X, y, batch_size), model=model, steps=steps, warmup_steps=warmup_steps)
+    fast = train_with_loader(TensorBatches(X, y, batch_size), model=model, steps=steps, warmup_steps=warmup_steps,
+                             device=device)
     shm = check_shm(num_workers=max(num_workers, 2), batch_size=batch_size)
     bound = "the loader" if slow["wait_fraction"] > 0.3 else "the model's compute, not the loader,"
     return Repro(
@@ -641,7 +648,8 @@ def loader_starvation(steps: int = 20, warmup_steps: int = 3, batch_size: int = 
         f"{fast['images_per_s']:,.0f} img/s; or DataLoader workers, which pass batches through /dev/shm "
         f"({shm.level}: {shm.message})",
         fast["wait_fraction"] < slow["wait_fraction"],
-        {"dataloader": slow, "tensor_batches": fast, "loader_alone_images_per_s": alone, "shm": shm.__dict__})
+        {"dataloader": slow, "tensor_batches": fast, "loader_alone_images_per_s": alone, "shm": shm.__dict__,
+         "device": str(device), "batch_size": batch_size, "model": model, "steps": steps})
 
 
 # --------------------------------------------------------------------------- 10. --local_rank
@@ -816,6 +824,96 @@ def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: i
         raise RuntimeError(f"the batch-size search failed in its subprocess (exit code {proc.returncode}):\n"
                            f"{(proc.stderr or proc.stdout)[-2000:]}")
     return json.loads(lines[-1])
+
+
+# --------------------------------------------------------------------------- the claims notebook 08 records
+
+STARVED = 0.7   # waiting at least this share of each step: the GPU computes at most 30% of the time
+FED = 0.3       # in-memory batches waiting less than this share: the loader was what starved it
+
+
+def _rec(r) -> dict:
+    return r.as_dict() if hasattr(r, "as_dict") else dict(r)
+
+
+def _busy(contention) -> bool:
+    if contention is None:
+        return False
+    return bool(contention.get("busy")) if isinstance(contention, dict) else bool(contention.busy)
+
+
+def claims_08(*, port, unused, starve, evalhang, omp, unused_nproc: int, unused_steps: int, nproc: int,
+              loader_load=None) -> list[dict]:
+    """The claims of notebook 08, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from the
+    notebook's ``Repro`` records (or their ``as_dict()``): ``port_in_use``, ``unused_parameters``,
+    ``loader_starvation``, ``eval_through_ddp``, ``omp_threads``; ``loader_load``: the ``claims.Contention`` (or its
+    dict) of the starvation timing.
+
+    - 08.port_in_use, 08.unused_parameters: *reproduced* when the real error appeared, was diagnosed and the fix ran.
+    - 08.gpu_util_low: *not testable here* unless the starvation ran on a CUDA GPU; there *holds* when the article's
+      loader left the GPU waiting at least ``STARVED`` of each step and in-memory batches less than ``FED``,
+      *inconclusive* otherwise (the loader did not starve it, or removing it did not feed it); ``claims.BUSY`` on a
+      busy machine.
+    - 08.eval_through_ddp, 08.omp_threads (ours): as the records' ``confirm`` found them.
+    """
+    from mnist_helpers.claims import BUSY
+
+    port, unused, starve, evalhang, omp = map(_rec, (port, unused, starve, evalhang, omp))
+    pd_, ud, sd, ed, od = (r["details"] for r in (port, unused, starve, evalhang, omp))
+    out = []
+    ok_port = bool(port["fixed_ok"] and pd_.get("holders") and pd_.get("port_free_after_stopping_holder"))
+    out.append(dict(id="08.port_in_use", verdict="reproduced" if ok_port else "does not hold here",
+                    evidence=(f"rank 0 failed with EADDRINUSE on port {pd_['port']} held by {len(pd_['holders'])} other "
+                              "process(es); free again after stopping it; torchrun --standalone picked a free port"),
+                    numbers={"port": pd_["port"], "holders": len(pd_["holders"]), "fixed_ok": int(bool(port["fixed_ok"]))},
+                    regime="bug worker with a fixed MASTER_PORT (init_method env://), 1 process, gloo on CPU"))
+    ok_unused = bool(unused["fixed_ok"] and "aux" in unused["diagnosis"]
+                     and "Expected to have finished" in unused["error"])
+    out.append(dict(id="08.unused_parameters", verdict="reproduced" if ok_unused else "does not hold here",
+                    evidence=("'Expected to have finished reduction' raised; TORCH_DISTRIBUTED_DEBUG=INFO named the aux "
+                              "head; using it, freezing it or find_unused_parameters=True all ran (find_unused at "
+                              f"{ud['find_unused_over_freeze']:.3f}x the frozen step)"),
+                    numbers={"find_unused_over_freeze": ud["find_unused_over_freeze"],
+                             "world_size": ud.get("world_size") or unused_nproc, "steps": unused_steps},
+                    regime=f"bug worker (a model with an unused head) under DDP, {unused_nproc} process(es), gloo on CPU"))
+    wait, fed = sd["dataloader"]["wait_fraction"], sd["tensor_batches"]["wait_fraction"]
+    device = sd.get("device", "cpu")
+    if not device.startswith("cuda"):
+        verdict = "not testable here"
+        lead = f"no GPU to read nvidia-smi from; on this {device} "
+    elif _busy(loader_load):
+        verdict, lead = BUSY, "on the GPU "
+    else:
+        verdict = "holds" if wait >= STARVED and fed < FED else "inconclusive"
+        lead = "on the GPU "
+    out.append(dict(id="08.gpu_util_low", verdict=verdict,
+                    evidence=(lead + f"the article's per-sample loader made each step wait {wait:.0%} for data vs "
+                              f"{fed:.0%} with in-memory batches (starved: at least {STARVED:.0%} waiting, fed: under "
+                              f"{FED:.0%})"),
+                    numbers={"wait_fraction_dataloader": wait, "wait_fraction_tensor": fed, "starved": STARVED,
+                             "fed": FED},
+                    contention=loader_load.to_dict() if hasattr(loader_load, "to_dict") else loader_load,
+                    regime=(f"{sd.get('model', 'fastnet')}, batch {sd.get('batch_size', 128)}, {sd.get('steps')} timed "
+                            f"steps, DataLoader in the main process; training on {device}")))
+    out.append(dict(id="08.eval_through_ddp", section="ours",
+                    claim=("Evaluating a BatchNorm model on rank 0 through the DDP wrapper hangs the job; "
+                           "model.module (or every rank evaluating) fixes it"),
+                    verdict="reproduced" if ed.get("as_described") else "does not hold here",
+                    evidence=(f"netbn, {nproc} ranks: rank 0's forward through DDP waited in a buffer broadcast no "
+                              f"other rank joined, until the {ed['timeout_s']:g} s timeout; model.module and all-ranks "
+                              "evaluation passed; Net (no buffers) passed"),
+                    numbers={"timeout_s": ed["timeout_s"], "hang_launch_seconds": ed["hang_launch_seconds"],
+                             "buffers": ed.get("buffers") or 0},
+                    regime=f"bug worker eval_through_ddp, {nproc} processes, gloo on CPU, 3 training steps then evaluation"))
+    out.append(dict(id="08.omp_threads", section="ours",
+                    claim="torchrun sets OMP_NUM_THREADS=1 in every worker when it is unset",
+                    verdict="demonstrated" if od.get("as_described") else "does not hold here",
+                    evidence=(f"plain python {od['plain_threads']} thread(s), torchrun without the variable "
+                              f"{od['torchrun_threads']}, with OMP_NUM_THREADS set {od['fixed_threads']} on "
+                              f"{od['cores']} core(s)"),
+                    numbers={k: od.get(k) or 0 for k in ("plain_threads", "torchrun_threads", "fixed_threads", "cores")},
+                    regime=f"bug worker omp_threads, {nproc} processes under torchrun --standalone, CPU"))
+    return out
 
 
 @cli_entry
