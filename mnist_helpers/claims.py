@@ -90,6 +90,11 @@ CATALOG: tuple[dict, ...] = tuple(dict(zip(("id", "section", "claim"), row)) for
     ("07.workers_4_to_8", "5.4", "num_workers 4 -> 8 helps a bit more"),
     ("07.per_gpu_memory", "5.4", "Per-GPU memory is about the same as single-GPU"),
     ("07.tree_allreduce", "4.4", "Tree all-reduce has lower latency with few GPUs"),
+    ("07.distributed_sampler_big_data", "7, suspect", "Large datasets must use `DistributedSampler` instead of "
+                                                       "`shuffle=True`"),
+    ("07.mpi_backend", "4", "Backends: MPI too, rarely used (`init_process_group(backend=\"mpi\")`)"),
+    ("07.cuda_device_index", "3", "`cuda:0` / `cuda:1` select the GPU"),
+    ("07.nccl_mixed_gpus", "4", "Mixed GPU models slow NCCL down"),
     ("08.port_in_use", "6", "\"Address already in use\": a previous run holds the port"),
     ("08.unused_parameters", "6", "\"Expected to have finished reduction in the prior iteration\": unused "
                                   "parameters; fix or freeze them"),

@@ -87,7 +87,8 @@ def plan(gpus: int | None = None, cores: int | None = None, quick: bool = False,
     ``allreduce_worlds`` override the defaults (the CPU's ``CPU_WORLD_SIZES`` / ``CPU_ALLREDUCE_WORLDS``, the same
     on every machine; on GPUs every GPU count); ``gpus`` defaults to ``distributed.cuda_gpus()``, ``cores`` only
     feeds the note. Returns ``{"device", "backend", "world_sizes", "allreduce_device", "allreduce_backend",
-    "allreduce_worlds", "stand_in" (True when the comparisons run on the CPU), "note" (one plain line)}``.
+    "allreduce_worlds", "stand_in" (True when the comparisons run on the CPU), "memory_device" (memory per process
+    under DDP needs one GPU: "cuda" with one or more), "note" (one plain line)}``.
     """
     gpus = distributed.cuda_gpus() if gpus is None else int(gpus)
     if world_sizes is None:
@@ -121,7 +122,8 @@ def plan(gpus: int | None = None, cores: int | None = None, quick: bool = False,
                     "or more)"))
     return {"device": device, "backend": "nccl" if device == "cuda" else "gloo", "world_sizes": world_sizes,
             "allreduce_device": ar_device, "allreduce_backend": "nccl" if ar_device == "cuda" else "gloo",
-            "allreduce_worlds": allreduce_worlds, "stand_in": device == "cpu", "note": note}
+            "allreduce_worlds": allreduce_worlds, "stand_in": device == "cpu",
+            "memory_device": "cuda" if gpus >= 1 else "cpu", "note": note}
 
 
 def _launch(args: list[str], nproc: int, threads_per_proc: int, timeout: float, device: str, echo: bool) -> list[dict]:
@@ -266,19 +268,24 @@ ARTICLE_SPEEDUP = (1.7, 1.9)
 NEGLIGIBLE_SHARE = 0.05
 
 
+# The fewest rounds a 2-vs-1 verdict is read from: fewer give a spread too narrow to trust.
+MIN_ROUNDS = 3
+
+
 def speedup_verdict(ratios, low: float = ARTICLE_SPEEDUP[0], high: float = ARTICLE_SPEEDUP[1]) -> str:
     """The article's "2 devices give 1.7-1.9x", judged on repeated 2-vs-1 speedups (one per round, each measured
-    side by side): "holds" when the interquartile range lies inside [low, high], "holds with nuance" when it lies
-    above (faster than claimed), "does not hold here" when below, else "inconclusive" (the spread straddles a
-    bound). A single ratio counts as a spread of zero width."""
-    from mnist_helpers.claims import spread
-
-    s = spread(ratios if hasattr(ratios, "__iter__") else [ratios])
-    if s["q1"] >= low and s["q3"] <= high:
+    side by side), with the thresholds outside the whole measured spread: "holds" when every ratio lies inside
+    [low, high], "holds with nuance" when every one lies above (faster than claimed), "does not hold here" when
+    every one lies below, else "inconclusive" (the spread straddles a bound), and "inconclusive" with fewer than
+    ``MIN_ROUNDS`` ratios."""
+    xs = [float(x) for x in (ratios if hasattr(ratios, "__iter__") else [ratios])]
+    if len(xs) < MIN_ROUNDS:
+        return "inconclusive"
+    if min(xs) >= low and max(xs) <= high:
         return "holds"
-    if s["q1"] > high:
+    if min(xs) > high:
         return "holds with nuance"
-    if s["q3"] < low:
+    if max(xs) < low:
         return "does not hold here"
     return "inconclusive"
 
@@ -384,23 +391,30 @@ def latency_growth(rows: list[dict], nbytes: int | None = None) -> list[dict]:
              "n_vs_first": r["world_size"] / first["world_size"]} for r in pick]
 
 
-def ring_volume_verdict(world_sizes=(2, 4, 8, 16, 64)) -> dict:
-    """The sentence "ring AllReduce communication volume grows linearly with the number of GPUs" read both ways,
-    from the ring model between the smallest and largest N: *per-rank* bytes grow by ``2(N-1)/N`` (at most 2x:
-    flat, not linear), while the *total* bytes on all links ``2(N-1) * S`` and the number of steps ``2(N-1)`` grow
-    linearly. "holds with nuance" when both readings come out so (total linear, per rank not), "holds" when the
-    per-rank volume were linear too, "wrong" when neither grows linearly."""
+def ring_growth(world_sizes=(2, 4, 8, 16, 64)) -> dict:
+    """The ring model between the smallest and largest N: how much the *per-rank* bytes (``2(N-1)/N``), the *total*
+    bytes on all links (``2(N-1) * S``) and the number of steps (``2(N-1)``) grow, next to linear growth (N_max /
+    N_min)."""
     lo, hi = min(world_sizes), max(world_sizes)
     if lo < 2:
         raise ValueError(f"world sizes must be >= 2 (one process sends nothing), got {world_sizes!r}")
-    per_rank = ring_model(1, hi)["ring_factor"] / ring_model(1, lo)["ring_factor"]
-    total = (hi - 1) / (lo - 1)                  # 2(N-1) S over all ranks
-    steps = ring_model(1, hi)["steps"] / ring_model(1, lo)["steps"]
-    linear = hi / lo
-    per_rank_linear, total_linear = per_rank >= 0.9 * linear, total >= 0.9 * linear
+    return {"n_min": lo, "n_max": hi,
+            "per_rank_bytes_growth": ring_model(1, hi)["ring_factor"] / ring_model(1, lo)["ring_factor"],
+            "total_bytes_growth": (hi - 1) / (lo - 1),
+            "steps_growth": ring_model(1, hi)["steps"] / ring_model(1, lo)["steps"], "linear_would_be": hi / lo}
+
+
+def ring_volume_verdict(world_sizes=(2, 4, 8, 16, 64), growth: dict | None = None) -> dict:
+    """The sentence "ring AllReduce communication volume grows linearly with the number of GPUs" read both ways,
+    from :func:`ring_growth` (or ``growth``, the same keys): *per-rank* bytes grow by ``2(N-1)/N`` (at most 2x:
+    flat, not linear), while the *total* bytes on all links and the number of steps grow linearly. "holds with
+    nuance" when both readings come out so (total linear, per rank not), "holds" when the per-rank volume were
+    linear too, "wrong" when neither grows linearly."""
+    g = dict(growth) if growth is not None else ring_growth(world_sizes)
+    per_rank_linear = g["per_rank_bytes_growth"] >= 0.9 * g["linear_would_be"]
+    total_linear = g["total_bytes_growth"] >= 0.9 * g["linear_would_be"]
     verdict = ("holds" if per_rank_linear else "holds with nuance" if total_linear else "wrong")
-    return {"n_min": lo, "n_max": hi, "per_rank_bytes_growth": per_rank, "total_bytes_growth": total,
-            "steps_growth": steps, "linear_would_be": linear, "verdict": verdict}
+    return {**g, "verdict": verdict}
 
 
 def measured_growth(rows: list[dict]) -> dict:
@@ -655,12 +669,13 @@ MEMORY_TABLE = {"columns": ["variant", "batch_size", "peak_mib", "persistent_mib
                             "activations_mib": "{:.1f}"}}
 
 
-def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1) -> list[dict]:
+def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1, device: str = "cpu") -> list[dict]:
     """Tensor memory of one training step (Adam, after two warm-up steps) per process: the model alone, under DDP,
     and under DDP with ``gradient_as_bucket_view=True``, at each batch size. Measured with the profiler's
     allocation replay (``mnist_helpers.memory.peak_memory``) in a world of one gloo process: DDP's reducer and its
     buckets are the same as at N processes. Call it in a fresh process (``memory.run_isolated``), since it makes a
-    process group: ``run_isolated("mnist_helpers.lessons.l07_scaling:ddp_memory")``."""
+    process group: ``run_isolated("mnist_helpers.lessons.l07_scaling:ddp_memory")``. ``device="cuda"``: on GPU 0
+    (a one-process nccl group; the CUDA allocator's counters measure the peak)."""
     import os
 
     import torch
@@ -674,22 +689,28 @@ def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1) -> l
 
     torch.set_num_threads(threads)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), RANK="0", WORLD_SIZE="1")
-    dist.init_process_group("gloo")
+    dev = torch.device("cuda", 0) if device == "cuda" else torch.device("cpu")
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
     rows = []
     try:
         for b in batch_sizes:
             g = torch.Generator().manual_seed(0)
             X, y = torch.randn(int(b), 1, 28, 28, generator=g), torch.randint(0, 10, (int(b),), generator=g)
+            X, y = X.to(dev), y.to(dev)
             for variant in ("one process", "DDP", "DDP, gradient_as_bucket_view"):
                 torch.manual_seed(0)
-                m = build_model(model)
+                m = build_model(model).to(dev)
                 if variant != "one process":
-                    m = DDP(m, gradient_as_bucket_view=variant.endswith("view"))
+                    m = DDP(m, device_ids=[0] if dev.type == "cuda" else None,
+                            gradient_as_bucket_view=variant.endswith("view"))
                 opt = torch.optim.Adam(m.parameters(), lr=1e-3)
                 for _ in range(2):  # Adam's moments and DDP's buckets exist after the first steps
                     train_step(m, opt, X, y)
-                r = peak_memory(lambda m=m, opt=opt: train_step(m, opt, X, y))
-                rows.append({"variant": variant, "batch_size": int(b), "peak_mib": r.peak_bytes / 2**20,
+                r = peak_memory(lambda m=m, opt=opt: train_step(m, opt, X, y), dev)
+                rows.append({"variant": variant, "batch_size": int(b), "device": dev.type,
+                             "peak_mib": r.peak_bytes / 2**20,
                              "persistent_mib": r.persistent_bytes / 2**20,
                              "gradients_mib": r.by_category.get("gradients", 0) / 2**20,
                              "activations_mib": r.by_category.get("activations", 0) / 2**20})
@@ -699,17 +720,345 @@ def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1) -> l
     return rows
 
 
-def memory_verdict(rows: list[dict], batch_size: int, tolerance: float = 0.10) -> dict:
-    """"Per-GPU memory is about the same as single-GPU": DDP's peak over one process's at the same batch per
-    process. "holds with nuance" within ``tolerance`` (DDP keeps one gradient-sized copy in its buckets unless
-    ``gradient_as_bucket_view=True``), "holds" when not even that shows, "does not hold here" beyond it. Memory is
-    deterministic here (no timing), so the tolerance needs no spread."""
+def memory_compare(rows: list[dict], batch_size: int, ddp_batch_size: int | None = None) -> dict:
+    """DDP's peak per process (at ``ddp_batch_size``, default ``batch_size``) over one process's peak at
+    ``batch_size``, from :func:`ddp_memory`'s rows: ``ratio``, ``view_ratio`` (with ``gradient_as_bucket_view``),
+    the peaks in MiB and the memory DDP keeps on top (``ddp_extra_persistent_mib``: its buckets). The article's
+    comparison (5.4) is ``memory_compare(rows, 128, 64)``: one GPU at 128 against each of two at 64."""
+    ddp_batch_size = ddp_batch_size or batch_size
     get = {(r["variant"], r["batch_size"]): r for r in rows}
-    one, ddp, view = (get[(v, batch_size)] for v in ("one process", "DDP", "DDP, gradient_as_bucket_view"))
-    ratio = ddp["peak_mib"] / one["peak_mib"]
-    extra = ddp["persistent_mib"] - one["persistent_mib"]
-    verdict = ("does not hold here" if ratio > 1 + tolerance else
-               "holds" if ratio <= 1.005 else "holds with nuance")
-    return {"ratio": ratio, "ddp_extra_persistent_mib": extra, "view_ratio": view["peak_mib"] / one["peak_mib"],
+    one = get[("one process", batch_size)]
+    ddp, view = (get[(v, ddp_batch_size)] for v in ("DDP", "DDP, gradient_as_bucket_view"))
+    same = get[("one process", ddp_batch_size)]
+    return {"ratio": ddp["peak_mib"] / one["peak_mib"], "view_ratio": view["peak_mib"] / one["peak_mib"],
+            "ddp_extra_persistent_mib": ddp["persistent_mib"] - same["persistent_mib"],
             "one_peak_mib": one["peak_mib"], "ddp_peak_mib": ddp["peak_mib"], "view_peak_mib": view["peak_mib"],
-            "batch_size": batch_size, "tolerance": tolerance, "verdict": verdict}
+            "batch_size": batch_size, "ddp_batch_size": ddp_batch_size,
+            "device": rows[0].get("device", "cpu")}
+
+
+def memory_verdict(rows: list[dict], batch_size: int, tolerance: float = 0.10, *,
+                   ddp_batch_size: int | None = None) -> dict:
+    """"Per-GPU memory is about the same as single-GPU": :func:`memory_compare` plus a verdict. At the same batch
+    per process: "holds with nuance" within ``tolerance`` (DDP keeps one gradient-sized copy in its buckets unless
+    ``gradient_as_bucket_view=True``), "holds" when not even that shows, "does not hold here" beyond it. With
+    ``ddp_batch_size`` (the article's 2 x 64 against 1 x 128): "holds" within ``tolerance`` either way, else
+    "does not hold here". Memory is deterministic (no timing), so the tolerance needs no spread."""
+    c = memory_compare(rows, batch_size, ddp_batch_size)
+    ratio = c["ratio"]
+    if ddp_batch_size and ddp_batch_size != batch_size:
+        verdict = "holds" if abs(ratio - 1) <= tolerance else "does not hold here"
+    else:
+        verdict = ("does not hold here" if ratio > 1 + tolerance else
+                   "holds" if ratio <= 1.005 else "holds with nuance")
+    return {**c, "tolerance": tolerance, "verdict": verdict}
+
+
+# --------------------------------------------------------------------------- what this machine can test at all
+
+_MPI_PROBE = """
+import json, torch, torch.distributed as dist
+dist.init_process_group("mpi")
+t = torch.ones(3)
+dist.all_reduce(t)
+print(json.dumps({"world_size": dist.get_world_size(), "sum": t.tolist()}))
+dist.destroy_process_group()
+"""
+_CUDA_INDEX_PROBE = """
+import json, torch
+a, b = torch.ones(2, device="cuda:0"), torch.ones(2, device="cuda:1")
+torch.cuda.set_device(1)
+c = torch.ones(2, device="cuda")
+print(json.dumps({"a": a.device.index, "b": b.device.index, "after_set_device": c.device.index}))
+"""
+
+
+def _probe(code: str, timeout: float) -> dict:
+    """Run ``code`` in a fresh Python (CUDA and MPI stay out of the notebook's kernel); its last printed JSON line."""
+    import subprocess
+    import sys
+
+    try:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"timed out after {timeout:g} s"}
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    if p.returncode == 0 and lines:
+        return {"ok": True, **json.loads(lines[-1])}
+    err = (p.stderr.strip().splitlines() or [f"exit code {p.returncode}"])[-1]
+    return {"ok": False, "error": err[:200]}
+
+
+def mpi_probe(timeout: float = 60) -> dict:
+    """Article 4: "MPI rarely". ``torch.distributed.is_mpi_available()``, asked live (torch's pip wheels are built
+    without MPI); where it is available, a one-process MPI group all-reduces a tensor in a fresh Python.
+    ``{"available", "ran" (None when not tried), "error"}``."""
+    import torch.distributed as dist
+
+    available = bool(dist.is_available() and dist.is_mpi_available())
+    if not available:
+        return {"available": False, "ran": None, "error": None}
+    r = _probe(_MPI_PROBE, timeout)
+    return {"available": True, "ran": r["ok"], "error": r.get("error")}
+
+
+def cuda_index_probe(gpus: int | None = None, timeout: float = 120) -> dict:
+    """Article 3: ``cuda:0`` / ``cuda:1`` select a GPU. With two GPUs or more, a fresh Python puts a tensor on each
+    and checks where ``"cuda"`` points after ``torch.cuda.set_device(1)``. ``{"gpus", "ran" (None: fewer than
+    two GPUs), "indices", "error"}``."""
+    gpus = distributed.cuda_gpus() if gpus is None else int(gpus)
+    if gpus < 2:
+        return {"gpus": gpus, "ran": None, "indices": None, "error": None}
+    r = _probe(_CUDA_INDEX_PROBE, timeout)
+    ok = r["ok"] and (r["a"], r["b"], r["after_set_device"]) == (0, 1, 1)
+    return {"gpus": gpus, "ran": ok, "indices": [r.get("a"), r.get("b"), r.get("after_set_device")] if r["ok"] else None,
+            "error": r.get("error")}
+
+
+def shard_overlap(report: dict) -> list[dict]:
+    """From the shards script's report (``{"images", "world_size", "seen": {loader: [indices per rank]}}``): per
+    loader, how many images each rank saw, how many more than one rank saw, and how many were seen at all."""
+    n, rows = report["images"], []
+    for name, per_rank in report["seen"].items():
+        counts: dict[int, int] = {}
+        for idx in per_rank:
+            for i in set(idx):
+                counts[i] = counts.get(i, 0) + 1
+        rows.append({"loader": name, "world_size": report["world_size"], "images": n,
+                     "per_rank": [len(idx) for idx in per_rank],
+                     "seen_by_several": sum(1 for c in counts.values() if c > 1), "covered": len(counts)})
+    return rows
+
+
+# --------------------------------------------------------------------------- the claims, from the measurements
+
+BUSY = "no verdict: the machine is busy"  # claims.BUSY
+
+
+def _contention(c) -> dict | None:
+    return c.to_dict() if hasattr(c, "to_dict") else c
+
+
+def _busy(*cs) -> bool:
+    return any(bool((_contention(c) or {}).get("busy")) for c in cs)
+
+
+def _spread(xs) -> dict:
+    from mnist_helpers.claims import spread
+
+    return spread(xs)
+
+
+def _comm_combined(verdicts: list[str]) -> str:
+    if all(v == "holds" for v in verdicts):
+        return "holds"
+    if any(v == "does not hold here" for v in verdicts):
+        return "does not hold here"
+    return "inconclusive"
+
+
+def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, article: dict, article_rows: list[dict],
+              article_contention=None, strong: list[dict], weak: list[dict], sweep_contention=None, timing: dict,
+              allreduce_rows: list[dict], allreduce_sizes: list[int], allreduce_contention=None, ring: dict,
+              growth: dict, memory_rows: list[dict], shards: list[dict], mpi: dict, cuda_index: dict,
+              cores: int | None = None, mixed_gpu_busbw: dict | None = None) -> list[dict]:
+    """Notebook 07's claims, judged from what it measured; no I/O. One dict per claim (``claims.record``'s entries).
+
+    A claim about GPUs is judged only where the comparison ran on GPUs (``plan["device"] == "cuda"``: two or more);
+    elsewhere it is "not testable here" and the CPU processes' numbers go into its numbers and evidence as context,
+    never judged. A timing taken on a busy machine gets "no verdict: the machine is busy".
+
+    ``plan``: :func:`plan`'s dict. ``article``: ``{"subset", "epochs", "workers", "rounds"}`` of
+    :func:`article_comparison`'s run, ``article_rows`` its rows (labels "1 x B", "2 x B/2", optionally "1 x B, 8
+    workers"). ``strong`` / ``weak``: the sweeps' rows (with ``comm_fractions``); ``timing``: ``{"repeats",
+    "rounds"}``. ``allreduce_rows`` / ``allreduce_sizes``: :func:`allreduce_sweep`; ``ring``: :func:`ring_growth`;
+    ``growth``: :func:`measured_growth`. ``memory_rows``: :func:`ddp_memory` at B and B/2. ``shards``:
+    :func:`shard_overlap`'s rows (loaders "shuffle=True", "DistributedSampler", "own shard, shuffle=True").
+    ``mpi``: :func:`mpi_probe`; ``cuda_index``: :func:`cuda_index_probe`. ``mixed_gpu_busbw``: ``{"same",
+    "mixed"}`` all-reduce bus bandwidth of a same-model and a mixed-model GPU pair, where one was measured."""
+    gpus = len(gpu_names)
+    on_gpus = plan["device"] == "cuda"
+    where = (f"{plan['backend']} on {'GPUs' if on_gpus else 'the CPU'}, " + ", ".join(map(str, plan["world_sizes"]))
+             + " processes")
+    no_gpus = f"needs 2 GPUs, this machine has {gpus}"
+    one, two = f"1 x {batch}", f"2 x {batch // 2}"
+    out = []
+
+    # 5.4: 2 GPUs against 1, the article's loader, the same global batch
+    art_regime = (f"{model}, the article's DataLoader (torchvision MNIST, ToTensor+Normalize, {article['workers']} "
+                  f"workers per process, DistributedSampler), {article['subset']:,} images, epoch "
+                  f"{article['epochs']} of {article['epochs']} timed, {article['rounds']} interleaved round(s); "
+                  f"{two} against {one} (global batch {batch}, the article's 5.4); {where}")
+    get = {r["label"]: r["images_per_s_runs"] for r in article_rows}
+    ratios = [a / b for a, b in zip(get[two], get[one])]
+    s = _spread(ratios)
+    text = (f"{two} vs {one} (same global batch): median {s['median']:.2f}x, range {s['min']:.2f}x to "
+            f"{s['max']:.2f}x over {s['n']} round(s)")
+    if not on_gpus:
+        verdict, evidence = "not testable here", f"{no_gpus}; CPU processes (gloo), for context only: {text}"
+    else:
+        verdict = BUSY if _busy(article_contention) else speedup_verdict(ratios)
+        evidence = text + ("" if s["n"] >= MIN_ROUNDS else f" (fewer than {MIN_ROUNDS} rounds: too few to judge)")
+    out.append({"id": "07.two_gpu_speedup", "verdict": verdict, "evidence": evidence,
+                "numbers": {"speedup_median": s["median"], "speedup_min": s["min"], "speedup_max": s["max"],
+                            "rounds": s["n"], "ratios": ratios, "batch_one_process": batch,
+                            "batch_per_process_two": batch // 2, "gpus": gpus, "low": ARTICLE_SPEEDUP[0],
+                            "high": ARTICLE_SPEEDUP[1]},
+                "regime": art_regime, "contention": _contention(article_contention)})
+
+    # 4 and 5.4: communication, in both of the article's settings
+    w2 = next(r for r in weak if r["world_size"] == 2)
+    s2 = next(r for r in strong if r["world_size"] == 2)
+    settings = {f"2 x {batch} (global {2 * batch}, the article's 4)": comm_fractions(w2),
+                f"2 x {batch // 2} (global {batch}, the article's 5.4)": comm_fractions(s2)}
+    parts, numbers = [], {"threshold": NEGLIGIBLE_SHARE, "gpus": gpus, "batch": batch,
+                          "batch_per_process_54": batch // 2, "global_batch_4": 2 * batch}
+    for (label, fr), key in zip(settings.items(), ("sec4", "sec54")):
+        c = _spread(fr)
+        parts.append(f"{label}: median {c['median']:.1%}, quartiles {c['q1']:.1%} to {c['q3']:.1%} "
+                     f"({c['n']} blocks)")
+        numbers.update({f"{key}_median": c["median"], f"{key}_q1": c["q1"], f"{key}_q3": c["q3"],
+                        f"{key}_blocks": c["n"]})
+    text = "communication share of a DDP step, " + "; ".join(parts)
+    if not on_gpus:
+        verdict, evidence = "not testable here", f"{no_gpus}; CPU processes (gloo), for context only: {text}"
+    else:
+        verdict = (BUSY if _busy(sweep_contention) else
+                   _comm_combined([comm_verdict(fr) for fr in settings.values()]))
+        evidence = f"{text}; negligible: under {NEGLIGIBLE_SHARE:.0%} in both"
+    out.append({"id": "07.comm_negligible", "verdict": verdict, "evidence": evidence, "numbers": numbers,
+                "regime": (f"{model} under DDP, synthetic batches, 2 processes at {batch} each (the article's 4) and "
+                           f"at {batch // 2} each (5.4), step vs no_sync() step in {timing['repeats']} interleaved "
+                           f"blocks x {timing['rounds']} round(s); {where}"),
+                "contention": _contention(sweep_contention)})
+
+    # 4: the ring's volume (arithmetic, plus the measured all-reduce as context)
+    rv = ring_volume_verdict(growth=ring)
+    backend = allreduce_rows[0]["backend"]
+    ar_where = (f"with one GPU each" if allreduce_rows[0].get("device") == "cuda"
+                else f"CPU processes on {cores or '?'} cores (N > cores oversubscribed)")
+    out.append({"id": "07.ring_linear", "verdict": rv["verdict"],
+                "evidence": (f"ring model N={ring['n_min']}->{ring['n_max']}: per-rank bytes "
+                             f"x{ring['per_rank_bytes_growth']:.2f}, total bytes and steps "
+                             f"x{ring['total_bytes_growth']:.0f}; {backend} measured N={growth['n_min']}->"
+                             f"{growth['n_max']}: small message x{growth['small_time_growth']:.2f}, large "
+                             f"x{growth['big_time_growth']:.2f}"),
+                "numbers": {**{f"model_{k}": v for k, v in ring.items()},
+                            **{f"measured_{k}": v for k, v in growth.items()}},
+                "regime": (f"ring model (arithmetic) plus {backend} all_reduce of {min(allreduce_sizes):,}-"
+                           f"{max(allreduce_sizes):,} bytes at N={', '.join(map(str, plan['allreduce_worlds']))} "
+                           f"processes, {ar_where}"),
+                "contention": _contention(allreduce_contention)})
+
+    # 5.4: num_workers 4 -> 8 (the full profile measures it)
+    w8_label = f"{one}, 8 workers"
+    if w8_label in get:
+        w8 = [a / b for a, b in zip(get[w8_label], get[one])]
+        s = _spread(w8)
+        text = (f"{one}, num_workers 8 vs 4: median {s['median']:.2f}x, range {s['min']:.2f}x to {s['max']:.2f}x "
+                f"over {s['n']} round(s)")
+        if not on_gpus:
+            verdict, evidence = "not testable here", f"{no_gpus}; CPU processes, for context only: {text}"
+        else:
+            bar = 1 + NEGLIGIBLE_SHARE
+            verdict = (BUSY if _busy(article_contention) else "inconclusive" if s["n"] < MIN_ROUNDS else
+                       "holds" if s["min"] > bar else "does not hold here" if s["max"] < bar else "inconclusive")
+            evidence = text
+        out.append({"id": "07.workers_4_to_8", "verdict": verdict, "evidence": evidence,
+                    "numbers": {"ratio_median": s["median"], "ratio_min": s["min"], "ratio_max": s["max"],
+                                "batch": batch, "rounds": s["n"], "ratios": w8, "cores": cores, "gpus": gpus},
+                    "regime": art_regime.replace(f"{article['workers']} workers per process", "4 vs 8 workers")
+                    .replace(f"; {two} against {one} (global batch {batch}, the article's 5.4)", f"; {one}"),
+                    "contention": _contention(article_contention)})
+
+    # 5.4: memory per GPU, the article's comparison (one at B against each of two at B/2)
+    m = memory_verdict(memory_rows, batch, ddp_batch_size=batch // 2)
+    same = memory_compare(memory_rows, batch // 2)
+    text = (f"one process at {batch}: peak {m['one_peak_mib']:.1f} MiB; each DDP process at {batch // 2}: "
+            f"{m['ddp_peak_mib']:.1f} MiB ({m['ratio']:.2f}x); at the same batch ({batch // 2}) DDP keeps "
+            f"+{same['ddp_extra_persistent_mib']:.1f} MiB of buckets ({same['ratio']:.3f}x)")
+    if m["device"] != "cuda":
+        verdict, evidence = "not testable here", f"needs a GPU, this machine has none; CPU tensor memory for context: {text}"
+    else:
+        verdict, evidence = m["verdict"], f"{text}; about the same: within {m['tolerance']:.0%}"
+    out.append({"id": "07.per_gpu_memory", "verdict": verdict, "evidence": evidence,
+                "numbers": {**{k: v for k, v in m.items() if k not in ("verdict", "device")},
+                            "same_batch_ratio": same["ratio"],
+                            "same_batch_extra_mib": same["ddp_extra_persistent_mib"], "gpus": gpus},
+                "regime": (f"{model}, Adam, one training step after 2 warm-up steps, one process at {batch} against "
+                           f"a DDP process at {batch // 2} (the article's 5.4), DDP in a one-process group (the "
+                           f"same reducer and buckets as at N); "
+                           + ("GPU 0, the CUDA allocator's peak" if m["device"] == "cuda"
+                              else "CPU, the profiler's allocation replay"))})
+
+    # 4.4: tree all-reduce
+    out.append({"id": "07.tree_allreduce", "verdict": "not testable here",
+                "evidence": ("gloo has no ring/tree choice to compare; NCCL's NCCL_ALGO=Tree vs Ring needs several "
+                             f"GPUs (this machine: {gpus})"),
+                "numbers": {"gpus": gpus},
+                "regime": f"{cores or '?'} CPU cores, gloo" + (f", {gpus} GPU(s)" if gpus else ", no GPU")})
+
+    # 7.2: "large datasets must use DistributedSampler instead of shuffle=True"
+    rows = {r["loader"]: r for r in shards}
+    sh, ds, own = rows["shuffle=True"], rows["DistributedSampler"], rows["own shard, shuffle=True"]
+    n = sh["images"]
+    disjoint = {k: r["seen_by_several"] == 0 and r["covered"] == n for k, r in rows.items()}
+    if sh["seen_by_several"] == 0:
+        verdict = "wrong"                      # shuffle=True alone would already split the data
+    elif not disjoint["DistributedSampler"]:
+        verdict = "does not hold here"         # the sampler did not give distinct shards
+    else:                                      # distinct shards are what matters; DistributedSampler is one way
+        verdict = "holds with nuance" if disjoint["own shard, shuffle=True"] else "holds"
+    out.append({"id": "07.distributed_sampler_big_data", "verdict": verdict,
+                "evidence": (f"{sh['world_size']} processes, {n:,} images: shuffle=True alone: {sh['seen_by_several']:,} "
+                             f"images seen by more than one rank; DistributedSampler: {ds['seen_by_several']:,}, "
+                             f"{ds['covered']:,} covered; each rank's own shard (a strided Subset) with "
+                             f"shuffle=True: {own['seen_by_several']:,}, {own['covered']:,} covered"),
+                "numbers": {"images": n, "world_size": sh["world_size"],
+                            **{f"{k}_{f}": r[f] for k, r in (("shuffle", sh), ("sampler", ds), ("own_shard", own))
+                               for f in ("seen_by_several", "covered")}},
+                "regime": (f"a dataset of {n:,} indices, DataLoader per rank, {sh['world_size']} gloo processes, the "
+                           "indices each rank loaded in one epoch gathered to rank 0")})
+
+    # 4: the MPI backend
+    if not mpi["available"]:
+        verdict, evidence = ("not testable here", "torch.distributed.is_mpi_available() is False: this torch build "
+                             "has no MPI backend (pip wheels are built without it; it needs torch built from source "
+                             "against an MPI library)")
+    else:
+        verdict = "demonstrated" if mpi["ran"] else "does not hold here"
+        evidence = ("MPI is built in; a one-process MPI group all-reduced a tensor" if mpi["ran"] else
+                    f"MPI is built in, but a one-process MPI group failed: {mpi['error']}")
+    out.append({"id": "07.mpi_backend", "verdict": verdict, "evidence": evidence,
+                "numbers": {"mpi_available": int(mpi["available"]), "ran": int(bool(mpi["ran"]))},
+                "regime": "torch.distributed.is_mpi_available(), asked live; where True, init_process_group('mpi') "
+                          "in a fresh Python"})
+
+    # 3: cuda:0 / cuda:1
+    if cuda_index["ran"] is None:
+        verdict, evidence = "not testable here", f"{no_gpus}"
+    else:
+        verdict = "demonstrated" if cuda_index["ran"] else "does not hold here"
+        evidence = (f"tensors on cuda:0 and cuda:1 landed on GPUs {cuda_index['indices']} (the last: 'cuda' after "
+                    "torch.cuda.set_device(1))" if cuda_index["indices"] else f"failed: {cuda_index['error']}")
+    out.append({"id": "07.cuda_device_index", "verdict": verdict, "evidence": evidence,
+                "numbers": {"gpus": gpus, "indices": cuda_index.get("indices") or []},
+                "regime": "a fresh Python puts a tensor on cuda:0 and one on cuda:1, then torch.cuda.set_device(1)"})
+
+    # 4: NCCL and mixed GPU models
+    models = sorted(set(gpu_names))
+    if mixed_gpu_busbw:
+        ratio = mixed_gpu_busbw["mixed"] / mixed_gpu_busbw["same"]
+        verdict = "holds" if ratio < 0.9 else "does not hold here"
+        evidence = (f"NCCL all-reduce bus bandwidth, mixed pair {mixed_gpu_busbw['mixed']:.1f} GB/s vs same-model "
+                    f"pair {mixed_gpu_busbw['same']:.1f} GB/s ({ratio:.2f}x)")
+        numbers = {**mixed_gpu_busbw, "ratio": ratio, "gpus": gpus}
+    else:
+        verdict = "not testable here"
+        evidence = (f"needs GPUs of two models beside a same-model pair; this machine has {gpus} GPU(s) of "
+                    f"{len(models)} model(s)")
+        numbers = {"gpus": gpus, "models": len(models)}
+    out.append({"id": "07.nccl_mixed_gpus", "verdict": verdict, "evidence": evidence, "numbers": numbers,
+                "regime": "NCCL all-reduce between a same-model GPU pair and a mixed-model pair" +
+                          (f" ({', '.join(models)})" if models else "")})
+    return out
