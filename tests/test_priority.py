@@ -53,10 +53,11 @@ def test_lever_plan_applies_each_lever_alone_and_keeps_the_global_batch():
     plan = lever_plan(ARTICLE_BASELINE, {1: {"loader": "tensor", "num_workers": 0}, 3: {"amp": "bf16"}, 4: {}},
                       extra={"autotune's choice": {"batch_size": 256, "nproc": 1}})
     by = {p["name"]: p for p in plan}
+    assert "1. loader=tensor, num_workers=0" in by, "each lever is named by what it changes, as measured"
     base = by["baseline"]["cfg"]
     assert (base.loader, base.num_workers, base.batch_size, base.lr, base.amp) == ("dataloader", 4, 128, 1e-3, "none")
-    assert by["3. AMP & accumulation"]["cfg"] == base.replace(amp="bf16")
-    dist = by["4. distribution"]
+    assert by["3. amp=bf16"]["cfg"] == base.replace(amp="bf16")
+    dist = by["4. 2 processes x 64"]
     assert dist["nproc"] == 2 and dist["cfg"].batch_size * dist["nproc"] == base.batch_size
     assert by["autotune's choice"]["lever"] is None and by["autotune's choice"]["cfg"].batch_size == 256
     with pytest.raises(ValueError, match="the article's levers are"):

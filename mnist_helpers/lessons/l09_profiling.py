@@ -712,7 +712,11 @@ def lever_plan(baseline: dict, levers: dict[int, dict], *, nproc_lever: int | No
             if base.batch_size % n:
                 raise ValueError(f"batch_size {base.batch_size} must divide by nproc {n} (same global batch)")
             changes.setdefault("batch_size", base.batch_size // n)
-        plan.append({"name": f"{lever}. {LEVERS[lever]}", "lever": lever, "changes": changes,
+        # named by what is measured (the article's category is LEVERS[lever]): e.g. lever 1 as measured here is
+        # the feed only (in-memory tensors), not the batch size
+        what = ", ".join(f"{k}={v}" for k, v in changes.items() if not (lever == nproc_lever and k == "batch_size"))
+        what = f"{n} processes x {changes['batch_size']}" if lever == nproc_lever else what
+        plan.append({"name": f"{lever}. {what or LEVERS[lever]}", "lever": lever, "changes": changes,
                      "cfg": base.replace(**changes), "nproc": n})
     for name, changes in (extra or {}).items():
         changes = dict(changes)
@@ -1048,3 +1052,129 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
     for control in (nb, mc, tx):
         control.observe(redraw, names="value")
     return w.VBox([w.HBox([nb, mc, tx]), out])
+
+
+# --------------------------------------------------------------------------- the claims notebook 09 records
+
+def _busy(contention) -> bool:
+    if contention is None:
+        return False
+    return bool(contention.get("busy")) if isinstance(contention, dict) else bool(contention.busy)
+
+
+def _as_dict(contention):
+    return contention.to_dict() if hasattr(contention, "to_dict") else contention
+
+
+def lever_description(lever: int, changes: dict) -> str:
+    """The article's lever and what was measured for it, in one phrase."""
+    what = ", ".join(f"{k}={v}" for k, v in changes.items()) or "nothing changed"
+    return f"{lever} ({LEVERS[lever]}; measured as {what})"
+
+
+def priority_judgement(rows: list[dict], lever_changes: dict, load=None) -> dict:
+    """The tuning-priority claim's result word and a sentence for the learner, from ``priority_verdict(rows)``
+    (returned as ``priority``).
+    The article's lever 1 is "batch size & workers": when the measured lever 1 leaves the batch size alone (the
+    default: in-memory tensors instead of workers), the article's lever is only partly tested, so a clean order is
+    at most *holds with nuance*. A busy machine (``load``) gives ``claims.BUSY``."""
+    from mnist_helpers.claims import BUSY
+
+    priority = priority_verdict(rows)
+    word = priority["verdict"]
+    partial = 1 in lever_changes and "batch_size" not in lever_changes[1]
+    if word == "holds" and partial:
+        word = "holds with nuance"
+    if _busy(load):
+        word = BUSY
+    note = "; lever 1 changed the feed only, not the batch size" if partial else ""
+    return {"word": word, "partial": partial, "priority": priority,
+            "sentence": (f"measured order of the gains {priority['measured_order']} (the article's: [1, 2, 3, 4]): "
+                         f"{priority['why']}{note}")}
+
+
+def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, target: float, test_subset: int,
+              n_seeds: int, model: str, dist_note: str, run_device: str, priority_load=None, shares: dict, ddp: dict,
+              timer_rows: list[dict], timer_batch: int, timer_load=None, budget_s: float, profile_steps: int,
+              device: str, machine: str) -> list[dict]:
+    """The claims of notebook 09, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``).
+
+    ``rows``: ``side_by_side``'s runs; ``summary``: ``runs_summary(rows)``; ``lever_changes``: the levers as
+    applied (the notebook's ``LEVER_CHANGES``); ``shares``: the profiler's share per part, by feed
+    (``"DataLoader, 2 workers"``, ``"in-memory tensors"``); ``ddp``: profile_ddp's result; ``timer_rows``: the Timer
+    table (``comparison``, ``setting``, ``median_ms``, ``iqr_ms``).
+
+    - 09.tuning_priority: ``priority_judgement`` (``priority_verdict``'s order of gains, at most *holds with nuance*
+      when lever 1 was measured without the batch size; ``claims.BUSY`` on a busy machine); the evidence names each
+      lever as measured.
+    - 09.profiler_benchmark: *demonstrated* when the profiler gave a breakdown and the Timer a median for every
+      setting; *does not hold here* otherwise.
+    """
+    by_name = {s["name"]: s for s in summary}
+    base = by_name["baseline"]
+    judged = priority_judgement(rows, lever_changes, priority_load)
+    priority = judged["priority"]
+    pn = {"target": target, "baseline_s": base["median_s"] or float("nan")}
+    # the values the levers' names quote (e.g. "2. lr=0.002", "4. 2 processes x 64")
+    pn["lever_values"] = [v for ch in lever_changes.values() for v in ch.values()
+                          if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if 4 in lever_changes:
+        n = int(lever_changes[4].get("nproc", 2))
+        pn["lever_values"].append(lever_changes[4].get("batch_size", ARTICLE_BASELINE["batch_size"] // n))
+    parts = []
+    names = {s.get("lever"): s["name"] for s in summary if s.get("lever")}
+    for lever, gains in priority["levers"].items():
+        sp = spread_of(gains)
+        pn |= {f"gain{lever}": sp["median"], f"gain{lever}_min": sp["min"], f"gain{lever}_max": sp["max"]}
+        parts.append(f"{names.get(lever, lever)} {sp['median']:.2f}x ({sp['min']:.2f}-{sp['max']:.2f})")
+    missing = "; not measured: " + ", ".join(map(str, priority["missing"])) if priority["missing"] else ""
+    base_text = f"{base['median_s']:.1f} s" if base["median_s"] else "target not reached"
+    levers_text = "; ".join(lever_description(lev, ch) for lev, ch in sorted(lever_changes.items()))
+    out = [dict(id="09.tuning_priority", verdict=judged["word"], contention=_as_dict(priority_load),
+                evidence=(f"gain in time to {target:.0%} over the article's baseline ({base_text}), median (min-max) of "
+                          f"{n_seeds} seed(s): " + ", ".join(parts) + missing
+                          + f"; measured order {priority['measured_order']}"
+                          + ("; lever 1 changed the feed only, not the batch size" if judged["partial"] else "")),
+                numbers=pn,
+                regime=(f"{model}, time to {target:.0%} on {test_subset} test images; baseline DataLoader 4 workers, "
+                        f"batch 128, Adam 1e-3, fp32, 1 process; levers alone: {levers_text} ({dist_note}); "
+                        f"{n_seeds} seed(s) interleaved; every run on {run_device}; gains, not effort"))]
+    ddp_shares = {b["part"]: b["share"] for b in ddp["ranks"][0]["breakdown"]}
+    threads = [r for r in timer_rows if r["comparison"] == "threads"]
+    best = max(threads, key=lambda r: r.get("images_per_s") or 0) if threads else None
+    noisy = sum(r["iqr_ms"] > 0.2 * r["median_ms"] for r in timer_rows)
+    loader, tensor = shares["DataLoader, 2 workers"], shares["in-memory tensors"]
+    ok = bool(best) and all(r["median_ms"] > 0 for r in timer_rows) and "compute" in loader
+    auto = by_name.get("autotune's choice", {})
+    auto_text = ("did not reach the target" if auto.get("gain") is None else
+                 f"{auto['gain']:.2f}x ({auto['gain_min']:.2f}-{auto['gain_max']:.2f}) the article's defaults' time "
+                 f"to {target:.0%}")
+    bn = {"data_share_loader": loader["data wait"], "compute_share_loader": loader["compute"],
+          "data_share_tensor": tensor["data wait"], "ddp_data_share": ddp_shares["data wait"],
+          "ddp_compute_share": ddp_shares["compute"], "ddp_comm_share": ddp_shares["communication"],
+          "timer_noisy": noisy, "timer_settings": len(timer_rows), "autotune_budget_s": budget_s,
+          "timer_batch": timer_batch}
+    if best:
+        bn |= {"timer_threads": best["setting"], "timer_median_ms": best["median_ms"], "timer_iqr_ms": best["iqr_ms"]}
+    bn |= {k: auto.get(g) for k, g in (("autotune_gain", "gain"), ("autotune_gain_min", "gain_min"),
+                                        ("autotune_gain_max", "gain_max")) if auto.get(g) is not None}
+    timer_text = (f"Timer: {best['median_ms']:.1f} ms median (IQR {best['iqr_ms']:.1f} ms) at batch {timer_batch}, "
+                  f"{best['setting']} thread(s)" if best else "Timer: no thread setting measured")
+    out.append(dict(id="09.profiler_benchmark", verdict="demonstrated" if ok else "does not hold here",
+                    contention=_as_dict(timer_load),
+                    evidence=(f"profiler: data wait {bn['data_share_loader']:.0%} of a step with a 2-worker DataLoader "
+                              f"({bn['data_share_tensor']:.0%} from tensors), compute {bn['compute_share_loader']:.0%}; "
+                              f"2 processes: data {bn['ddp_data_share']:.0%}, compute {bn['ddp_compute_share']:.0%}, "
+                              f"communication {bn['ddp_comm_share']:.0%}; {timer_text}; autotune: {auto_text}"),
+                    numbers=bn,
+                    regime=(f"{model}, batch 128 profiled on {device} ({profile_steps} active steps), 2 "
+                            f"{ddp.get('backend')} processes x 64 on {ddp.get('device')}; Timer on one training step; "
+                            f"autotune budget {budget_s} s, its choice timed to {target:.0%} with the levers; "
+                            f"{machine}")))
+    return out
+
+
+def spread_of(samples) -> dict:
+    from mnist_helpers.claims import spread
+    return spread(samples)
+
