@@ -591,7 +591,8 @@ def check_time_to_accuracy(answer) -> Feedback:
 
 
 def check_flops_bound(answer) -> Feedback:
-    """10-2: upper bound on training images/s for FastNet at 1 TFLOP/s (training ~ 3x the forward FLOPs)."""
+    """10-2: upper bound on training images/s for FastNet at 1 TFLOP/s (training ~ 3x the forward FLOPs, Kaplan et
+    al. 2020's 6N-vs-2N approximation)."""
     from mnist_helpers.models import FastNet, flops_per_image
 
     value = _number(answer, "images/s")
@@ -805,8 +806,10 @@ EXERCISES: list[Exercise] = [
         "check_time_to_accuracy", "print(EVAL_LOG)\nanswer = ...  # seconds",
         "answer = next(seconds for step, seconds, acc in EVAL_LOG if acc >= 0.99)", extra_import=", EVAL_LOG"),
     _ex("10-2", "How far from the limit?",
-        "A training image costs about 3x the forward FLOPs (`mnist_helpers.models.flops_per_image`). At a peak of "
-        "1 TFLOP/s, what is the most images/s `FastNet` could train at?",
+        "A training image costs about 3x the forward FLOPs (`mnist_helpers.models.flops_per_image`): backward does "
+        "about twice the forward's work, the approximation of Kaplan et al. 2020, \"Scaling Laws for Neural Language "
+        "Models\" (2N FLOPs per token forward, 6N to train). At a peak of 1 TFLOP/s, what is the most images/s "
+        "`FastNet` could train at?",
         "check_flops_bound",
         "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = ...  # images per second at best",
         "from mnist_helpers.models import FastNet, flops_per_image\n\nanswer = 1e12 / (3 * flops_per_image(FastNet()))"),
