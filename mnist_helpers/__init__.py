@@ -18,6 +18,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)
     live         live training curves in a notebook; is an IPython kernel running (02)
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
+    hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores without a
+                 GPU), MNIST in place, the series found on a hosted kernel (Colab, Kaggle) (00)
     errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every
                  command's one error boundary: one message with the fix, exit code 2 (00)
 
@@ -50,8 +52,8 @@ Workers (run with torchrun or plain Python; each docstring has its commands):
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
-Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/progression (the
-worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
+Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/bookkeeping (the share of notebook
+code lines that only record results), tools/progression (the worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
 no worker outlives a killed kernel or a killed torchrun, 00).
 """
 

@@ -1,7 +1,8 @@
 """Reproduce the hang of evaluating on rank 0 *through the DDP wrapper* (notebook 08_troubleshooting, article 6.4).
 
-The article evaluates on rank 0 only (``if rank == 0: evaluate(model)``) and then has every rank wait at
-``dist.barrier()``. With a model that has buffers (BatchNorm's running mean and variance) and DDP's default
+The article evaluates on rank 0 only (``if rank == 0: evaluate(model)``) and shows no barrier; this worker has
+the other ranks wait at ``dist.barrier()`` meanwhile (a real job meets the same mismatch at its next collective,
+e.g. the next step's gradient all-reduce). With a model that has buffers (BatchNorm's running mean and variance) and DDP's default
 ``broadcast_buffers=True``, calling the *wrapper* ``model(X)`` is not a local computation: DDP's forward first
 broadcasts rank 0's buffers to every rank, a collective. After a training step that broadcast happens even
 under ``torch.no_grad()`` and ``model.eval()`` (DDP decides from the previous forward). Rank 0 then waits in a
