@@ -106,6 +106,39 @@ CATALOG: tuple[dict, ...] = tuple(dict(zip(("id", "section", "claim"), row)) for
     ("10.speedrun_995", "ours", "Speedrun: the fastest time to 99.5%"),
 ))
 CATALOG_IDS = {c["id"]: c for c in CATALOG}
+
+# Claims whose rule (the experiment or the verdict logic) changed after results were kept: id -> (rule number, what
+# changed, where: "any" machine, or only results judged "without a GPU" when the GPU path kept its rule). Every
+# entry records its rule number (1 when absent); `make claims` shows an entry judged by an earlier rule as such and
+# counts no verdict for it, until that machine reruns the notebook. Raise the number (and say why) whenever a
+# claim's test changes.
+RULES: dict[str, tuple[int, str, str]] = {
+    "03.workers_fraction": (2, "judged on the training sweep with named thresholds (>= 90% of the best holds, "
+                               "< 75% outside the spread does not), was the loader-only sweep", "any"),
+    "03.pin_memory_cpu": (2, "demonstrated by torch's warning on a CPU-only machine, was a timing that could not fail", "any"),
+    "03.drop_last": (2, "the article's regime: 60,000 images and a 96-image tail, was 10,000 and a 16-image tail", "any"),
+    "04.batch8_unstable": (2, "judged on divergence and seed scatter of final accuracy per optimizer, was a noise "
+                              "metric higher by construction", "any"),
+    "04.batch4096": (2, "judged on the train-test gap, was lower test accuracy after fewer steps", "any"),
+    "05.amp_memory_speed": (2, "the article's GPU at batch 128: not testable on a CPU (bf16 on the CPU is "
+                               "05.amp_on_cpu), was judged on the CPU", "without a GPU"),
+    "05.loss_leak": (2, "judged on what the kept graphs hold (saved tensors), was RSS growth", "any"),
+    "06.rank0_eval_waits": (2, "judged on the validation step's wall time, was a wait share ~100% by construction", "any"),
+    "06.syncbn": (2, "the article's nn.SyncBatchNorm: not testable on a CPU, was the series' CpuSyncBatchNorm", "without a GPU"),
+    "07.comm_negligible": (2, "not testable without GPUs; both of the article's settings, was CPU processes", "without a GPU"),
+    "07.two_gpu_speedup": (2, "not testable without 2 GPUs; the whole spread of >= 3 rounds, was CPU processes", "without a GPU"),
+    "07.per_gpu_memory": (2, "not testable without GPUs; one process at 128 vs a DDP process at 64, was CPU RSS", "without a GPU"),
+    "07.workers_4_to_8": (2, "not testable without GPUs, was CPU processes", "without a GPU"),
+    "08.gpu_util_low": (2, "judged on a GPU from the loader's share of each step, was always inconclusive", "any"),
+    "09.tuning_priority": (2, "levers named by what they change; at most holds with nuance when lever 1 leaves the "
+                              "batch size alone", "any"),
+    "09.profiler_benchmark": (2, "demonstrated only when both tools gave their numbers, was unconditional", "any"),
+}
+
+
+def rule(claim_id: str) -> int:
+    """The current rule number of a claim (1 unless ``RULES`` says otherwise)."""
+    return RULES.get(claim_id, (1, "", "any"))[0]
 _ID = re.compile(r"^\d\d\.[a-z0-9_]+$")
 
 
@@ -306,7 +339,7 @@ class ResultFile:
             contention = contention.to_dict()
         entry = {"id": id, "section": section or (known or {}).get("section", "ours"),
                  "claim": claim or known["claim"], "verdict": verdict, "evidence": evidence,
-                 "numbers": _json_number(numbers), "regime": regime, "contention": contention}
+                 "numbers": _json_number(numbers), "regime": regime, "contention": contention, "rule": rule(id)}
         self.claims[id] = entry
         return entry
 

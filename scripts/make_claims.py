@@ -39,6 +39,8 @@ CLAIMS_DOC = ROOT / "docs" / "CLAIMS.md"
 NOT_MEASURED = "not measured yet"
 # the verdict table's cell for claims.BUSY (the evidence section spells it out)
 BUSY_SHORT = "busy: no verdict"
+# the verdict table's cell for an entry judged by a test that has changed since (claims.RULES)
+EARLIER_RULE = "earlier test"
 # the README's summary: one column per group of verdict words, in this order
 GROUPS = (
     ("holds", ("holds",)),
@@ -71,7 +73,9 @@ the table) instead of a verdict (measured from `/proc/stat`, this process and it
 `claims.Contention`). Machine labels name the CPU family, cores and the vector ISA torch used (`avx2only`: the same
 CPU with its kernels limited to AVX2, as on most laptops; the machines are described at the end). A verdict marked
 *(earlier recipe)* timed a speedrun recipe the series has since changed (the evidence says what changed;
-`speedrun.earlier_recipe`): it stays as that machine's record until the benchmark is rerun there.
+`speedrun.earlier_recipe`): it stays as that machine's record until the benchmark is rerun there. *earlier test*:
+the claim's test has changed since that machine ran it (`claims.RULES` says what changed); its verdict is shown in
+the evidence but not counted, until the notebook is rerun there.
 """
 
 
@@ -119,7 +123,8 @@ def collect(refs: list[dict]) -> list[dict]:
                               "by_machine": []})
             row["by_machine"].append({"label": ref["_label"], "path": ref["_path"], "date": ref.get("date", "")[:10],
                                       "profile": ref.get("profile"), "entry": entry,
-                                      "earlier": speedrun.earlier_recipe(ref, entry["id"])})
+                                      "earlier": speedrun.earlier_recipe(ref, entry["id"]),
+                                      "earlier_rule": earlier_rule(entry, ref.get("machine"))})
     # the series' own claims follow the last catalogued row of their notebook
     order = [c["id"] for c in claims.CATALOG]
     for cid in sorted(extra):
@@ -130,6 +135,20 @@ def collect(refs: list[dict]) -> list[dict]:
     return [rows[i] for i in order]
 
 
+def earlier_rule(entry: dict, machine: dict | None = None) -> str | None:
+    """What changed since ``entry`` was judged, when an earlier rule judged it (``claims.RULES``); else None. A rule
+    that changed only for machines without a GPU leaves an entry judged with one (``machine["gpus"]``) current."""
+    number, changed, where = claims.RULES.get(entry["id"], (1, "", "any"))
+    if where == "without a GPU" and (machine or {}).get("gpus"):
+        return None
+    return changed if entry.get("rule", 1) < number else None
+
+
+def counted(m: dict) -> bool:
+    """A machine's entry counts toward the verdicts when today's rule judged it."""
+    return not m.get("earlier_rule")
+
+
 def machines(rows: list[dict]) -> list[str]:
     """The machine labels that hold at least one claim, sorted: the verdict table's columns."""
     return sorted({m["label"] for row in rows for m in row["by_machine"]})
@@ -137,6 +156,8 @@ def machines(rows: list[dict]) -> list[str]:
 
 def _verdict(m: dict, short: bool = False) -> str:
     v = m["entry"]["verdict"]
+    if m.get("earlier_rule"):
+        return EARLIER_RULE if short else f"{EARLIER_RULE}, not counted (it gave: {v})"
     if short and v == claims.BUSY:
         v = BUSY_SHORT
     return v + (" (earlier recipe)" if m.get("earlier") else "")
@@ -171,6 +192,8 @@ def render_evidence(rows: list[dict]) -> list[str]:
             profile = "" if m["profile"] == "full" else f", {m['profile']} profile"
             earlier = f", {m['earlier']}" if m.get("earlier") else ""
             regime = f" Regime: {_cell(m['entry']['regime']).rstrip('.')}." if m["entry"].get("regime") else ""
+            if m.get("earlier_rule"):
+                earlier += f"; the test has changed since: {m['earlier_rule']}; rerun the notebook there"
             lines.append(f"- *{m['label']}*, {m['date']}{profile}{earlier}: **{_cell(_verdict(m))}**. "
                          f"{_cell(m['entry']['evidence']).rstrip('.')}.{regime} "
                          f"[{Path(m['path']).name}](../{m['path']})")
@@ -210,9 +233,12 @@ def render_summary(rows: list[dict]) -> str:
              f"{unmeasured} not measured yet on any machine. Verdicts per machine:", "",
              "| machine | claims judged | " + " | ".join(g for g, _ in GROUPS) + " |",
              "|---|" + "---|" * (len(GROUPS) + 1)]
-    earlier = {}
+    earlier, stale = {}, {}
     for label in machines(rows):
-        ms = [m for r in rows for m in r["by_machine"] if m["label"] == label]
+        all_ms = [m for r in rows for m in r["by_machine"] if m["label"] == label]
+        ms = [m for m in all_ms if counted(m)]
+        if len(ms) < len(all_ms):
+            stale[label] = len(all_ms) - len(ms)
         counts = [sum(m["entry"]["verdict"] in vs for m in ms) for _, vs in GROUPS]
         lines.append(f"| `{label}` | {len(ms)} | " + " | ".join(map(str, counts)) + " |")
         if any(m.get("earlier") for m in ms):
@@ -220,6 +246,9 @@ def render_summary(rows: list[dict]) -> str:
     if earlier:
         lines += ["", "Of these, on an earlier speedrun recipe: "
                   + ", ".join(f"`{k}` {v}" for k, v in earlier.items()) + "."]
+    if stale:
+        lines += ["", "Not counted: results judged by a test that has changed since (rerun there to count them): "
+                  + ", ".join(f"`{k}` {v}" for k, v in stale.items()) + "."]
     lines += ["", "Every claim with its verdict on each machine, and the evidence behind each verdict: "
                   "[docs/CLAIMS.md](docs/CLAIMS.md)."]
     return "\n".join(lines) + "\n"

@@ -97,7 +97,8 @@ def test_summary_counts_every_verdict_once():
     for label in MC.machines(rows):
         line = next(ln for ln in summary.splitlines() if ln.startswith(f"| `{label}` |"))
         judged, *counts = [int(x) for x in line.strip("|").split("|")[1:]]
-        assert judged == sum(counts) == sum(m["label"] == label for r in rows for m in r["by_machine"]), label
+        assert judged == sum(counts) == sum(m["label"] == label and MC.counted(m) for r in rows
+                                            for m in r["by_machine"]), label
     assert "(docs/CLAIMS.md)" in summary and len(summary) < 2000
 
 
@@ -173,7 +174,8 @@ def test_several_machines_side_by_side():
         return {"_label": label, "_path": f"results/reference/{label}/05.json", "date": "2026-12-03", "profile": "full",
                 "machine": {"cpu_model": "CPU", "logical_cores": 2, "torch": "2.14.1", "isa_flags": []},
                 "claims": [{"id": "05.amp_memory_speed", "claim": "AMP", "section": "6", "verdict": verdict,
-                            "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}]}
+                            "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r",
+                            "rule": claims.rule("05.amp_memory_speed")}]}
     refs = [ref("a-amx", "holds"), ref("b-avx2", "wrong")]
     doc = MC.render_doc(MC.collect(refs), refs)
     assert "| `a-amx` | `b-avx2` |" in doc
@@ -207,6 +209,35 @@ def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
     doc = MC.render_doc(MC.collect(refs), refs)
     row = next(line for line in _verdict_table(doc) if "fastest time to 99.0%" in line)
     assert row.endswith("| holds |") and "earlier" not in row
+
+
+def test_a_verdict_of_a_test_that_changed_since_is_shown_not_counted(tmp_path):
+    """claims.RULES: an entry judged by an earlier rule is labelled, keeps its old verdict in the evidence only and
+    is not counted; a rule changed only without a GPU leaves a GPU machine's entry current; new entries carry the
+    current rule."""
+    def ref(label, rule=None, gpus=()):
+        entry = {"id": "04.batch4096", "claim": "4096", "section": "3", "verdict": "holds",
+                 "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}
+        amp = {**entry, "id": "05.amp_memory_speed"}
+        if rule is not None:
+            entry["rule"] = amp["rule"] = rule
+        return {"_label": label, "_path": f"results/reference/{label}/x.json", "date": "2026-12-04",
+                "profile": "full", "machine": {"cpu_model": "CPU", "logical_cores": 2, "torch": "2.14.1",
+                                               "isa_flags": [], "gpus": list(gpus)}, "claims": [entry, amp]}
+    assert claims.rule("04.batch4096") >= 2 and claims.rule("02.baseline") == 1
+    refs = [ref("new", rule=claims.rule("04.batch4096")), ref("old"), ref("old-gpu", gpus=[{"name": "H200"}])]
+    rows = MC.collect(refs)
+    doc, summary = MC.render_doc(rows, refs), MC.render_summary(rows)
+    table = _verdict_table(doc)
+    assert next(line for line in table if "4096" in line).endswith(
+        f"| holds | {MC.EARLIER_RULE} | {MC.EARLIER_RULE} |")  # columns: new, old, old-gpu
+    assert next(line for line in table if "halves memory" in line).endswith(f"| holds | {MC.EARLIER_RULE} | holds |")
+    assert f"the test has changed since: {claims.RULES['04.batch4096'][1]}" in doc
+    assert "not counted (it gave: holds)" in doc
+    assert "| `old` | 0 |" in summary and "| `old-gpu` | 1 |" in summary and "`old` 2, `old-gpu` 1" in summary
+    res = claims.ResultFile("x", profile="full", folder=tmp_path)
+    kept = res.claim("04.batch4096", verdict="holds", evidence="e", numbers={"a": 1}, regime="r")
+    assert kept["rule"] == claims.rule("04.batch4096") and MC.earlier_rule(kept) is None
 
 
 def test_machine_labels():
