@@ -25,7 +25,7 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims diagrams
+.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims diagrams tables
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -82,6 +82,11 @@ test-avx2: data
 # from results/reference/ (tests/test_claims.py checks both are current)
 claims: install
 	$(PY) scripts/make_claims.py
+
+# the README's notebook table and docs/INSTRUCTOR.md's runtime table, written from the series registry
+# (mnist_helpers/series.py; tests/test_series.py checks both are current)
+tables: install
+	$(PY) scripts/make_tables.py
 
 # the diagrams in notebooks/figures/ (data-parallel step, ring all-reduce, DistributedSampler, torchrun roles,
 # DDP vs ZeRO-1 vs FSDP memory), drawn with matplotlib; tests/test_diagrams.py checks the script

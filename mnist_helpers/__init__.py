@@ -20,6 +20,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
     hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores without a
                  GPU), MNIST in place, the series found on a hosted kernel (Colab, Kaggle) (00)
+    series       the registry: one row per notebook (id, slug, lesson, core or appendix, runtimes), the
+                 README's and INSTRUCTOR's tables are written from it (`make tables`)
     errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every
                  command's one error boundary: one message with the fix, exit code 2 (00)
 

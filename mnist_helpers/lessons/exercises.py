@@ -829,7 +829,7 @@ BY_ID = {e.id: e for e in EXERCISES}
 
 
 def for_notebook(nn: str) -> list[Exercise]:
-    """The exercises of notebook ``nn`` ("00" .. "10"), in order."""
+    """The exercises of notebook ``nn`` (an id of ``mnist_helpers.series``: "00" .. "11"), in order."""
     return [e for e in EXERCISES if e.notebook == nn]
 
 
