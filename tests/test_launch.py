@@ -248,3 +248,20 @@ def test_root_cause_without_error_file(tmp_path):
     rank, code, cause = _root_cause(unrecorded, no_file)
     assert (rank, code) == (3, 1)
     assert cause.splitlines()[0] == "RuntimeError: shapes do not match" and "train.py" in cause
+
+
+def test_a_rank_aborted_after_a_peers_expected_error_names_the_peers_error(tmp_path):
+    """gloo can abort a rank (SIGABRT, "terminate called ...") when its peer exits with an expected error; torchrun
+    then sees the abort first. The launcher names the peer's error, and says what happened to the aborted rank."""
+    output = ("[rank 0] error: the snapshot is not the same file on every rank\n"
+              "[rank 0]   fix: put --snapshot on a filesystem every node shares\n"
+              "[rank 3] terminate called after throwing an instance of 'gloo::IoException'\n"
+              + ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242"))
+    rank, code, cause = _root_cause(output, tmp_path / "missing.json")
+    assert rank == 0 and code is None
+    assert cause.startswith("error: the snapshot is not the same file on every rank\n  fix: put --snapshot")
+    assert "rank 3 was then stopped by Signal 6 (SIGABRT)" in cause
+    alone = ("[rank 3] terminate called after throwing an instance of 'gloo::IoException'\n"
+             + ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242"))
+    rank, code, cause = _root_cause(alone, tmp_path / "missing.json")
+    assert (rank, code) == (3, -6) and "terminate called" in cause  # no peer error: the abort is the cause
