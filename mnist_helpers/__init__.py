@@ -8,6 +8,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     train        TrainConfig (and the workers' dashed flags), select_device, train_step (the one
                  training step), train_one_epoch, evaluate, fit (00, 02)
     distributed  rank and world size from the environment, backend choice, exact distributed evaluation (00, 06)
+    worker       the one scaffold of the bench, beyond and bugs workers: process_group() (join, leave), finish()
+                 (rank 0 prints and writes the JSON), parser(), @entry (11; the workers of 06 stay explicit)
     launch       torchrun from a notebook cell: live output, root causes, no orphans (00)
     ports        a free port, who holds one, holding one on purpose (07, 08)
     resources    the machine a result was measured on; usable_cores; hardware and framework levels (00, 01)
