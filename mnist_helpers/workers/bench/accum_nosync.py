@@ -28,7 +28,6 @@ Flags: every ``TrainConfig`` field (``--batch-size`` per process and per step), 
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -36,15 +35,13 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import TensorBatches, load_mnist
-from mnist_helpers.distributed import cleanup, init_distributed
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import MiB, write_json
+from mnist_helpers.io import MiB
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, build_training, train_one_epoch
+from mnist_helpers.worker import entry, finish, parser, process_group
 
 MODES = ("sync every micro-batch", "no_sync")
 
@@ -93,8 +90,7 @@ def timing_label(device: torch.device) -> str:
 def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = None) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    ctx = init_distributed("auto")
-    try:
+    with process_group("auto") as ctx:
         X, y, _, _ = load_mnist(cfg.data_root, device=ctx.device, subset=(cfg.subset or 60000, 1))
         runs = {}
         for mode in MODES:
@@ -136,22 +132,14 @@ def main(cfg: TrainConfig, steps: int = 4, repeats: int = 3, out: str | None = N
                                        else "none: no all-reduce at world size 1"),
                   "max_weight_diff_between_modes": float((params[0] - params[1]).abs().max()),
                   "machine": machine_info()}
-        if ctx.is_main:
-            for r in rows:
-                print(f"[rank 0] {r['mode']}: {r['allreduce_calls_per_step']:.1f} all-reduces/step, "
-                      f"{r['allreduce_mib_per_step']:.1f} MiB/step, {1e3 * r['step_seconds']:.1f} ms/step", flush=True)
-            if out:
-                write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out, *(
+            f"{r['mode']}: {r['allreduce_calls_per_step']:.1f} all-reduces/step, {r['allreduce_mib_per_step']:.1f} "
+            f"MiB/step, {1e3 * r['step_seconds']:.1f} ms/step" for r in rows))
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bench.accum_nosync", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     TrainConfig.add_arguments(ap)
     ap.add_argument("--steps", type=int, default=4, help="optimizer steps per timed block")
     ap.add_argument("--repeats", type=int, default=3, help="timed blocks per mode (median)")

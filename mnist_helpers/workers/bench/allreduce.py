@@ -22,7 +22,6 @@ communicating (and waiting for the slowest rank). Step time is the slowest rank'
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import statistics
@@ -30,14 +29,11 @@ import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.distributed import cleanup, init_distributed
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
+from mnist_helpers.worker import entry, finish, parser, process_group
 
 HOOKS = ("none", "fp16", "bf16")
 
@@ -156,12 +152,9 @@ def bench_ddp(model_name: str, batch_size: int, variants, steps: int, repeats: i
     return rows
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    module = "mnist_helpers.workers.bench.allreduce"  # usage: python -m <module> {allreduce,ddp} ...
-    ap = argparse.ArgumentParser(prog=f"python -m {module}", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)  # usage: python -m mnist_helpers.workers.bench.allreduce {allreduce,ddp} ...
     sub = ap.add_subparsers(dest="mode", required=True)
     a = sub.add_parser("allreduce", help="latency and bus bandwidth of dist.all_reduce")
     a.add_argument("--sizes", default="4096,262144,4194304", help="message sizes in bytes, comma-separated")
@@ -185,8 +178,7 @@ def cli(argv: list[str] | None = None) -> int:
             ap.error(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    ctx = init_distributed(args.backend, args.timeout)
-    try:
+    with process_group(args.backend, args.timeout) as ctx:
         if args.mode == "allreduce":
             try:
                 sizes = [int(s) for s in args.sizes.split(",")]
@@ -203,13 +195,8 @@ def cli(argv: list[str] | None = None) -> int:
         for r in rows:
             r["backend"] = ctx.backend or "none"
             r["device"] = str(ctx.device)
-        if ctx.is_main and args.out:
-            write_json(args.out, {"rows": rows, "pid": os.getpid()})
-        if ctx.is_main:
-            print(f"[rank 0] {args.mode}: {len(rows)} rows | world_size {ctx.world_size} | backend {ctx.backend}",
-                  flush=True)
-    finally:
-        cleanup()
+        finish(ctx.is_main, {"rows": rows, "pid": os.getpid()}, args.out,
+               f"{args.mode}: {len(rows)} rows | world_size {ctx.world_size} | backend {ctx.backend}")
     return 0
 
 

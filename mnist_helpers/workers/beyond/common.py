@@ -79,20 +79,6 @@ def full_params(model: nn.Module) -> dict:
             for k, v in model.named_parameters()}
 
 
-def init_group():
-    """``init_distributed("gloo")`` that always makes a process group: DDP, ZeRO, FSDP2 and DTensor need one even
-    for a world of one, so a plain ``python -m ...`` run gets a one-process group on a free local port."""
-    import os
-
-    from mnist_helpers.distributed import init_distributed
-    from mnist_helpers.ports import free_port
-
-    if "MASTER_ADDR" not in os.environ and "RANK" not in os.environ:  # plain Python, not torchrun
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1",
-                          MASTER_PORT=str(free_port()))
-    return init_distributed("gloo")
-
-
 def step_peak(fn) -> dict:
     """Run ``fn()`` under the profiler and replay its raw allocation events (+bytes when a tensor is allocated,
     -bytes when it is freed) in time order: ``rise`` is the highest the running total got above where it

@@ -14,28 +14,23 @@ checks that both end with the same weights.
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.data import load_mnist
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.workers.beyond.common import build, global_batch, init_group
+from mnist_helpers.worker import entry, finish, parser, process_group
+from mnist_helpers.workers.beyond.common import build, global_batch
 
 
 def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 10, data_root=None,
          out: str | None = None) -> dict:
-    ctx = init_group()
-    try:
+    with process_group("gloo", always_group=True) as ctx:
         rank, world = ctx.rank, ctx.world_size
         X, y, _, _ = load_mnist(data_root, subset=(batch_size * world * steps, 1))
         runs = {}
@@ -59,22 +54,15 @@ def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 1
                   "step_s": {k: statistics.median(r["seconds"][1:]) for k, r in runs.items()},
                   "max_param_diff": max(float((p - q).abs().max()) for p, q in zip(a, b)),
                   "machine": machine_info()}
-        if ctx.is_main:
-            print(f"[rank 0] step eager {result['step_s']['eager'] * 1e3:.1f} ms, compiled "
-                  f"{result['step_s']['compiled'] * 1e3:.1f} ms; first compiled step "
-                  f"{result['first_step_s']['compiled']:.1f} s", flush=True)
-            if out:
-                write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out,
+                      f"step eager {result['step_s']['eager'] * 1e3:.1f} ms, compiled "
+                      f"{result['step_s']['compiled'] * 1e3:.1f} ms; first compiled step "
+                      f"{result['first_step_s']['compiled']:.1f} s")
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.compile_ddp", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=64, help="images per process per step")

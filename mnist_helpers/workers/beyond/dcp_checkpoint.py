@@ -18,7 +18,6 @@ Both modes report a sha256 of every full tensor, so a round trip can be checked 
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
 from pathlib import Path
@@ -27,13 +26,10 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
-from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.data import load_mnist
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
-from mnist_helpers.workers.beyond.common import build, global_batch, init_group
+from mnist_helpers.worker import entry, finish, parser, process_group
+from mnist_helpers.workers.beyond.common import build, global_batch
 
 
 def digest(t: torch.Tensor) -> str:
@@ -118,29 +114,17 @@ def main(mode: str, path: str, width: int = 128, blocks: int = 2, steps: int = 2
     import os
 
     if mode == "load" and "RANK" not in os.environ:  # plain python: one process, no group
-        result = {**load_one_process(path, width, blocks), "world_size": 1}
-        if out:
-            write_json(out, result)
-        return result
-    ctx = init_group()
-    try:
+        return finish(True, {**load_one_process(path, width, blocks), "world_size": 1}, out)
+    with process_group("gloo", always_group=True) as ctx:
         result = save(path, width, blocks, steps, batch_size, async_save, data_root) if mode == "save" \
             else load(path, width, blocks)
         result["world_size"] = ctx.world_size
-        if ctx.is_main:
-            print(f"[rank 0] {mode}: {len(result['digests'])} tensors, world size {ctx.world_size}", flush=True)
-            if out:
-                write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out, f"{mode}: {len(result['digests'])} tensors, world size {ctx.world_size}")
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.dcp_checkpoint", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--mode", choices=("save", "load"), default=None, help="save (N ranks) or load (any number)")
     ap.add_argument("--path", default=None, help="the checkpoint folder (created by save, read by load)")
     ap.add_argument("--width", type=int, default=128)

@@ -14,19 +14,15 @@ log shows where it hangs. With NCCL on GPUs the same code runs.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
-from mnist_helpers.workers.beyond.common import build, init_group
+from mnist_helpers.worker import entry, finish, parser, process_group
+from mnist_helpers.workers.beyond.common import build
 
 
 class Stage(nn.Module):
@@ -49,8 +45,7 @@ def main(width: int = 64, blocks: int = 2, batch_size: int = 32, microbatches: i
          out: str | None = None) -> dict:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-    ctx = init_group()
-    try:
+    with process_group("gloo", always_group=True) as ctx:
         rank, world = ctx.rank, ctx.world_size
         stage = PipelineStage(Stage(build(width, blocks), rank, world), rank, world, ctx.device)
         kind = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[schedule_name]
@@ -67,18 +62,12 @@ def main(width: int = 64, blocks: int = 2, batch_size: int = 32, microbatches: i
             seconds.append(time.perf_counter() - t0)
             print(f"[rank {rank}] step {s}: done in {seconds[-1]:.2f} s", flush=True)
         result = {"world_size": world, "steps": steps, "schedule": schedule_name, "step_seconds": seconds}
-        if ctx.is_main and out:
-            write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out)
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.pipelining", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--blocks", type=int, default=2)
     ap.add_argument("--batch-size", type=int, default=32)

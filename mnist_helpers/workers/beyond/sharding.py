@@ -25,7 +25,6 @@ Strategies (``wrap`` below is the whole difference between them):
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -33,14 +32,11 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.data import load_mnist
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
-from mnist_helpers.workers.beyond.common import build, full_params, global_batch, init_group, state_bytes, step_peak
+from mnist_helpers.worker import entry, finish, parser, process_group
+from mnist_helpers.workers.beyond.common import build, full_params, global_batch, state_bytes, step_peak
 
 STRATEGIES = ("ddp", "zero1", "fsdp2_zero2", "fsdp2_zero3", "fsdp2_zero3_ckpt")
 
@@ -82,8 +78,7 @@ def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 3
          threads: int | None = None, checkpointing: bool = False, out: str | None = None) -> dict:
     if threads:
         torch.set_num_threads(threads)
-    ctx = init_group()
-    try:
+    with process_group("gloo", always_group=True) as ctx:
         world, rank = ctx.world_size, ctx.rank
         X, y, _, _ = load_mnist(data_root, subset=(batch_size * world * steps, 1))
         batches = [global_batch(X, y, s, batch_size, world) for s in range(steps)]
@@ -136,23 +131,15 @@ def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 3
                   "rows": [r for per_rank in gathered for r in per_rank], "machine": machine_info()}
         if rank == 0:
             result["n_params"] = n_params
-            for r in rows:
-                print(f"[rank 0] {r['strategy']}: params {r['params'] / 2**20:.1f} MiB, grads "
-                      f"{r['grads'] / 2**20:.1f}, optimizer {r['optimizer_state'] / 2**20:.1f}"
-                      + (f", peak {r['peak'] / 2**20:.1f}" if 'peak' in r else "")
-                      + f"; max param diff vs one process {r['max_param_diff']:.1e}", flush=True)
-            if out:
-                write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(rank == 0, result, out, *(
+            f"{r['strategy']}: params {r['params'] / 2**20:.1f} MiB, grads {r['grads'] / 2**20:.1f}, optimizer "
+            f"{r['optimizer_state'] / 2**20:.1f}" + (f", peak {r['peak'] / 2**20:.1f}" if 'peak' in r else "")
+            + f"; max param diff vs one process {r.get('max_param_diff', float('nan')):.1e}" for r in rows))
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.sharding", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--width", type=int, default=256, help="ResMLP width (1024: 34M parameters with 4 blocks)")
     ap.add_argument("--blocks", type=int, default=2, help="residual MLP blocks")
     ap.add_argument("--batch-size", type=int, default=64, help="images per process per step")

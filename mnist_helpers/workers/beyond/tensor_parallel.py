@@ -15,25 +15,20 @@ With 4 ranks it also builds the 2-D mesh a cluster would use (2 data-parallel gr
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import sys
 
 import torch
-from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
-from mnist_helpers.workers.beyond.common import Block, init_group
+from mnist_helpers.worker import entry, finish, parser, process_group
+from mnist_helpers.workers.beyond.common import Block
 
 
 def main(width: int = 64, batch_size: int = 16, out: str | None = None) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-    ctx = init_group()
-    try:
+    with process_group("gloo", always_group=True) as ctx:
         world = ctx.world_size
         if (4 * width) % world or width % world:
             raise ValueError(f"--width {width}: width and 4 x width must divide by the world size {world}")
@@ -59,21 +54,13 @@ def main(width: int = 64, batch_size: int = 16, out: str | None = None) -> dict:
             result["mesh_2d"] = {"shape": list(mesh2.mesh.shape), "ranks": mesh2.mesh.tolist(),
                                  "dp_group_of_rank0": mesh2["dp"].mesh.tolist(),
                                  "tp_group_of_rank0": mesh2["tp"].mesh.tolist()} if ctx.rank == 0 else None
-        if ctx.is_main:
-            print(f"[rank 0] tensor parallel over {world} rank(s): output diff {result['output_max_diff']:.1e}, "
-                  f"gradient diff {grad_diff:.1e}", flush=True)
-            if out:
-                write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out, f"tensor parallel over {world} rank(s): output diff "
+                      f"{result['output_max_diff']:.1e}, gradient diff {grad_diff:.1e}")
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.beyond.tensor_parallel", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--width", type=int, default=64, help="the block's width (divisible by the world size)")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")

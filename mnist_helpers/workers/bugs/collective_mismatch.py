@@ -23,7 +23,6 @@ It also serves as the small healthy worker for the backend-error demo (``GLOO_SO
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import time
@@ -32,14 +31,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.io import write_json
+from mnist_helpers.worker import finish, parser, world_of_one_env
 
 NUM_GRADS = 1000  # stands in for a model's gradients
 
 
 @record
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", action="store_true", help="every rank joins the log all_reduce")
     ap.add_argument("--where", choices=("loop", "end"), default="loop",
                     help="loop: the log all_reduce inside the training loop (shapes differ: gloo aborts); "
@@ -49,8 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    if "RANK" not in os.environ:  # plain Python: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    world_of_one_env()  # plain Python: a world of one
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -72,9 +70,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": world_size, "steps": args.steps, "seconds": time.perf_counter() - start,
                    "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),
                    "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
-        if rank == 0 and args.out:
-            write_json(args.out, summary)
-        return summary
+        return finish(rank == 0, summary, args.out)
     finally:
         dist.destroy_process_group()
 

@@ -29,9 +29,7 @@ BatchNorm layer appears.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
-import os
 import time
 
 import torch
@@ -40,7 +38,7 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.io import write_json
+from mnist_helpers.worker import finish, parser, world_of_one_env
 from mnist_helpers.models import build_model
 
 
@@ -54,7 +52,7 @@ def evaluate(model, X, y) -> float:
 
 @record
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", choices=("none", "module", "all"), default="none",
                     help="module: rank 0 evaluates model.module; all: every rank evaluates through the wrapper")
     ap.add_argument("--model", default="netbn", help="netbn (BatchNorm: the hang) or net (no buffers: no hang)")
@@ -62,8 +60,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    if "RANK" not in os.environ:  # plain Python: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    world_of_one_env()  # plain Python: a world of one
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
@@ -90,11 +87,7 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": world_size, "fix": args.fix, "model": args.model, "acc": acc,
                    "buffers": sum(1 for _ in model.module.buffers()),
                    "seconds": time.perf_counter() - start}
-        if rank == 0:
-            print(f"[rank 0] all ranks passed the barrier ({args.fix=})", flush=True)
-            if args.out:
-                write_json(args.out, summary)
-        return summary
+        return finish(rank == 0, summary, args.out, f"all ranks passed the barrier ({args.fix=})")
     finally:
         dist.destroy_process_group()
 

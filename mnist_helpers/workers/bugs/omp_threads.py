@@ -16,16 +16,15 @@ in front of torchrun (what ``mnist_helpers.launch.torchrun`` does, and shows), o
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import torch
 
-from mnist_helpers.io import write_json
+from mnist_helpers.worker import finish, parser
 
 
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", action="store_true", help="torch.set_num_threads(cores // LOCAL_WORLD_SIZE)")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
@@ -38,9 +37,7 @@ def main(argv: list[str] | None = None) -> dict:
                "under_torchrun": "TORCHELASTIC_RUN_ID" in os.environ, "fix": args.fix}
     print(f"[rank {summary['rank']}] OMP_NUM_THREADS={summary['omp_num_threads_env']} -> torch uses "
           f"{summary['torch_threads']} of {cores} cores", flush=True)
-    if summary["rank"] == 0 and args.out:
-        write_json(args.out, summary)
-    return summary
+    return finish(summary["rank"] == 0, summary, args.out)
 
 
 if __name__ == "__main__":

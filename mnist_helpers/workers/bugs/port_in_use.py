@@ -16,7 +16,6 @@ Run with plain Python it is a world of one that still makes a process group (so 
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 
@@ -24,12 +23,12 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.io import write_json
+from mnist_helpers.worker import finish, parser
 
 
 @record
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--master-port", type=int, default=None,
                     help="fix MASTER_PORT like the article does (the bug); default: torchrun's own port")
     ap.add_argument("--timeout", type=float, default=20.0, help="seconds for the store and collectives")
@@ -52,11 +51,8 @@ def main(argv: list[str] | None = None) -> dict:
         value = torch.ones(1)
         dist.all_reduce(value)
         summary = {"world_size": world_size, "master_port": port, "all_reduce": value.item()}
-        if rank == 0:
-            print(f"[rank 0] process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}", flush=True)
-            if args.out:
-                write_json(args.out, summary)
-        return summary
+        return finish(rank == 0, summary, args.out,
+                      f"process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}")
     finally:
         dist.destroy_process_group()
 

@@ -21,7 +21,6 @@ Data are random MNIST-shaped batches: the step cost does not depend on the pixel
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import statistics
@@ -34,9 +33,9 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.io import write_json
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
+from mnist_helpers.worker import finish, parser, world_of_one_env
 
 FIXES = ("none", "use", "freeze", "find_unused")
 
@@ -89,7 +88,7 @@ def run_steps(fixes: list[str], steps: int, warmup: int, batch_size: int, rank: 
 
 @record
 def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", choices=(*FIXES, "all"), default="none")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per fix")
     ap.add_argument("--warmup", type=int, default=3)
@@ -97,8 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    if "RANK" not in os.environ:  # plain Python: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    world_of_one_env()  # plain Python: a world of one
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     try:
@@ -107,13 +105,9 @@ def main(argv: list[str] | None = None) -> dict:
         rows = []
         for fix, times in run_steps(fixes, args.steps, args.warmup, args.batch_size, rank).items():
             rows.append({"fix": fix, "median_step_ms": 1000 * statistics.median(times), "steps": len(times)})
-            if rank == 0:
-                print(f"[rank 0] fix={fix}: {len(times)} steps, median {rows[-1]['median_step_ms']:.2f} ms/step",
-                      flush=True)
         summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
-        if rank == 0 and args.out:
-            write_json(args.out, summary)
-        return summary
+        return finish(rank == 0, summary, args.out, *(
+            f"fix={r['fix']}: {r['steps']} steps, median {r['median_step_ms']:.2f} ms/step" for r in rows))
     finally:
         dist.destroy_process_group()
 

@@ -31,7 +31,6 @@ step a stop file ended the run at, or null).
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -43,15 +42,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.distributed import (all_reduce_sum, cleanup, evaluate_exact, gather_objects, init_distributed,
-                                       params_digest)
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import write_json
+from mnist_helpers.distributed import all_reduce_sum, evaluate_exact, gather_objects, params_digest
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, check_run, epoch_line, load_snapshot, save_snapshot, train_one_epoch
+from mnist_helpers.worker import entry, finish, parser, process_group
 from mnist_helpers.workers.progression.ddp_train import Trainer, load_train_objs, prepare_batches
 
 
@@ -192,8 +188,7 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
          stop_check_every: int = 10) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    ctx = init_distributed(backend, timeout)
-    try:
+    with process_group(backend, timeout) as ctx:
         check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)  # before training
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         if ctx.is_main:
@@ -215,18 +210,12 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
                   "stopped_at_step": trainer.stopped_at_step,
                   "param_digests": gather_objects(params_digest(trainer.tr.model)),
                   "wall_seconds": time.perf_counter() - t0, "machine": machine_info()}
-        if ctx.is_main and out:
-            write_json(out, result)
-        return result
-    finally:
-        cleanup()
+        return finish(ctx.is_main, result, out)
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
+@entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.progression.ft_train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     TrainConfig.add_arguments(ap)
     ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")
     ap.add_argument("--snapshot", default=None, help="snapshot file: resumed from if present")
