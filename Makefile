@@ -25,7 +25,7 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises claims diagrams tables
+.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises saved claims diagrams tables
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -77,6 +77,10 @@ test-avx2: data
 	$(AVX2_ENV) MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_RESULTS_DIR=$(abspath results/avx2) MNIST_PROFILE=quick \
 	  $(PY) -m pytest --nbmake --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra \
 	  notebooks/05_*.ipynb notebooks/10_*.ipynb
+
+# mnist_helpers/saved.py: the code the notebooks mark #@save, copied as written (tests/test_saved.py checks it is current)
+saved: install
+	$(PY) scripts/build_saved.py
 
 # docs/CLAIMS.md (every claim, its verdict per machine, the evidence) and the README's claims summary, regenerated
 # from results/reference/ (tests/test_claims.py checks both are current)

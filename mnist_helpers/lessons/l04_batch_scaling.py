@@ -5,8 +5,9 @@ The article: "double the batch, double the LR" (the linear scaling rule, for SGD
 
 The lesson's code is written in the notebook's cells (d2l's ``#@save`` style): ``scaled_lr`` (the rules),
 ``warmup_factor`` (the ramp) and ``train_run`` (one run: the loop with ``loss.backward()`` and
-``optimizer.step()``). This module holds identical copies (``tests/test_batch_scaling.py`` compares the source
-text with the notebook's ``#@save`` cells) so that ``scripts/bench_batch_scaling.py`` runs the same code.
+``optimizer.step()``), and the base settings ``BASE_LR``/``BASE_BATCH``. ``make saved`` copies them into
+``mnist_helpers/saved.py`` (tests/test_saved.py checks it is current); this module takes them from there, so
+``scripts/bench_batch_scaling.py`` runs the notebook's code and nothing is written twice.
 
 The measurement harness: ``fair_plan`` (the runs of a fair test: real doublings from the base batch, the same
 epochs for every batch, a warm-up of about one epoch; plus batch 8 against the base batch at equal epochs, and one
@@ -23,81 +24,16 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from typing import Callable, Iterable
 
 import pandas as pd
-import torch
-import torch.nn.functional as F
 
 from mnist_helpers.claims import separated as _separated
-from mnist_helpers.data import TensorBatches
 from mnist_helpers.display import show
-from mnist_helpers.models import build_model
-from mnist_helpers.train import evaluate
+# the lesson's code, written in the notebook's cells and generated into mnist_helpers/saved.py (`make saved`)
+from mnist_helpers.saved import BASE_BATCH, BASE_LR, scaled_lr, train_run, warmup_factor  # noqa: F401
 
 RULES = {"sgd": ("fixed", "linear", "linear+warmup"), "adam": ("fixed", "linear", "sqrt")}
-BASE_LR = {"sgd": 0.05, "adam": 1e-3}  # SGD: Goyal et al.'s 0.1 per 256 images; Adam: the article's 1e-3
-BASE_BATCH = 128
-
-
-# ----------------------------------------------------------------- the lesson's code (copies of the notebook's cells)
-
-def scaled_lr(rule, base_lr, base_batch, batch_size):  #@save
-    """The learning rate a rule gives `batch_size` when `base_lr` suits `base_batch`."""
-    k = batch_size / base_batch
-    if rule == "fixed":
-        return base_lr
-    if rule in ("linear", "linear+warmup"):  # Goyal et al. 2017: k times the batch, k times the LR
-        return base_lr * k
-    if rule == "sqrt":  # the square-root rule, often used for Adam
-        return base_lr * math.sqrt(k)
-    raise ValueError(f"rule must be one of fixed, linear, linear+warmup, sqrt; got {rule!r}")
-
-
-def warmup_factor(step, warmup_steps, start):  #@save
-    """LR multiplier at `step`: a straight line from `start` to 1 over `warmup_steps` steps, then 1."""
-    if warmup_steps <= 0 or step >= warmup_steps:
-        return 1.0
-    return start + (1.0 - start) * step / warmup_steps
-
-
-def train_run(data, *, batch_size, lr, optimizer_name="sgd", model="mlp", num_epochs=1, warmup_epochs=0.0,
-              warmup_from=None, seed=0, warmup=warmup_factor):  #@save
-    """One run on in-memory tensors `data = (X, y, X_test, y_test)`: SGD (momentum 0.9, Nesterov) or Adam at
-    `lr`, reached by a linear warm-up from `warmup_from` over the first `warmup_epochs` epochs. Returns the test
-    accuracy, the train accuracy (on as many training images), every step's loss, steps and seconds."""
-    X, y, X_test, y_test = data
-    if batch_size > len(X):
-        raise ValueError(f"batch_size={batch_size} is larger than the {len(X)} training images; use more images")
-    torch.manual_seed(seed)
-    net = build_model(model)
-    if optimizer_name == "sgd":
-        optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9, nesterov=True)
-    else:
-        optimizer = torch.optim.Adam(net.parameters(), lr=lr)
-    batches = TensorBatches(X, y, batch_size, shuffle=True, drop_last=True, seed=seed)
-    warmup_steps = round(warmup_epochs * len(batches))
-    start = min(1.0, (warmup_from or lr) / lr)  # begin at the LR that suits the small batch
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: warmup(step, warmup_steps, start))
-    step_losses, seconds = [], 0.0
-    for epoch in range(num_epochs):
-        batches.set_epoch(epoch)
-        net.train()
-        t0 = time.perf_counter()
-        for Xb, yb in batches:
-            optimizer.zero_grad()
-            loss = F.nll_loss(net(Xb), yb)
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            step_losses.append(loss.item())
-        seconds += time.perf_counter() - t0
-    test = evaluate(net, X_test, y_test, 2000)
-    train = evaluate(net, X[:len(X_test)], y[:len(X_test)], 2000)
-    return {"test_acc": test["acc"], "test_loss": test["loss"], "train_acc": train["acc"],
-            "step_losses": step_losses, "steps": len(step_losses), "warmup_steps": warmup_steps,
-            "seconds": seconds, "images_per_s": len(step_losses) * batch_size / seconds}
 
 
 # ----------------------------------------------------------------- the harness
