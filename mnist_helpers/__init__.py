@@ -13,7 +13,10 @@ The core (every notebook and worker; the notebook that introduces each module in
     launch       torchrun from a notebook cell: live output, root causes, no orphans (00)
     ports        a free port, who holds one, holding one on purpose (07, 08)
     resources    the machine a result was measured on; usable_cores; hardware and framework levels (00, 01)
-    memory       peak memory on CPU and CUDA, a fresh process for RSS, is_oom (05, 08)
+    memory       peak memory on CPU and CUDA, a fresh process for RSS (run_isolated(fn)), is_oom; the batch-size
+                 finder: find_batch_size, train_step_probe, limit_memory (05, 08)
+    profiling    torch.profiler's labelled steps and their breakdown (profile_training, time_breakdown),
+                 time_to_accuracy: what notebook 09 shares with the profile_ddp worker (09)
     experiments  the experiment log every notebook appends to (01)
     claims       the article's claims (CATALOG), the result file every notebook writes (ResultFile), the load
                  rule (Contention, busy_verdict), spread(); `make claims` builds the README table from them (01)
@@ -22,6 +25,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
     hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores without a
                  GPU), MNIST in place, the series found on a hosted kernel (Colab, Kaggle) (00)
+    saved        GENERATED (`make saved`): the code notebooks write and mark #@save (04's scaled_lr,
+                 warmup_factor, train_run, BASE_LR, BASE_BATCH), which their lessons and scripts run (04)
     series       the registry: one row per notebook (id, slug, lesson, core or appendix, runtimes), the
                  README's and INSTRUCTOR's tables are written from it (`make tables`)
     errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every
@@ -42,7 +47,8 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l11_beyond_dp         11  checkpointing trade-off, per-rank memory rows, the memory explorer
     lessons/exercises             00-11  the closing exercises and their checkers
 
-Workers (run with torchrun or plain Python; each docstring has its commands):
+Workers (run with torchrun or plain Python; each docstring has its commands; built on the core only, never on a
+lesson or a tool: code a worker and a notebook share lives in the core):
     workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py: one process, mp.spawn,
                           torchrun, fault tolerance (00, 06, 07)
     workers/demos/        06's demos behind one entry point (`-m mnist_helpers.workers.demos --demos ...`,
@@ -51,8 +57,7 @@ Workers (run with torchrun or plain Python; each docstring has its commands):
     workers/bugs/         08's reproductions, each with its --fix: port_in_use, local_rank, spawn_main,
                           unused_param, collective_mismatch, oom, eval_through_ddp, omp_threads; restart_kill
                           (07 and tests/test_restarts.py: a worker killed under torchrun --max-restarts)
-    workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05),
-                          device_check (the sections of scripts/device_check.sh)
+    workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 

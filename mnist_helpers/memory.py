@@ -19,15 +19,22 @@ weights, gradients, optimizer state, the batch) from **transient** memory (peak 
 activations saved for backward and temporaries). Mixed precision and gradient accumulation act on the
 transient part only; that is why they must be read separately.
 
-``run_isolated("module:function", **kwargs)`` runs a package function in a fresh Python process and
+``run_isolated(fn, **kwargs)`` runs a module-level package function in a fresh Python process and
 adds that process's RSS high-water mark: a cross-check on CPU that counts everything (the allocator's
 slack, libraries), and the only safe way to set ``PYTORCH_CUDA_ALLOC_CONF`` (it is read once, when
 CUDA initialises). The notebook's experiments on leaks and the CUDA caching allocator live in
 ``mnist_helpers.lessons.l05_precision_memory``.
+
+The batch-size finder (08; the ``oom`` worker runs it): :func:`find_batch_size` halves from a start until
+``fits(batch_size)`` runs without an out-of-memory error, :func:`train_step_probe` makes such a ``fits`` (one
+``train_step`` on a random MNIST-shaped batch) and :func:`limit_memory` makes a memory budget real
+(``set_per_process_memory_fraction`` on CUDA, ``RLIMIT_AS`` on CPU: see ``lessons.l08_troubleshooting``, whose
+notebook teaches it). ``MALLOC_ENV`` keeps glibc's mmap threshold fixed for a process searching under that cap.
 """
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import json
 import os
@@ -41,8 +48,10 @@ from typing import Callable
 import torch
 from torch import nn
 
+from mnist_helpers.errors import ConfigError
 from mnist_helpers.io import MiB
-from mnist_helpers.train import select_device
+from mnist_helpers.models import build_model
+from mnist_helpers.train import select_device, train_step
 
 METHODS = ("auto", "cuda", "profiler", "mps")
 # How the report groups the profiler's categories (torch.profiler._memory_profiler.Category).
@@ -291,18 +300,141 @@ def is_oom(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in OOM_MARKERS)
 
 
+# --------------------------------------------------------------------------- the batch-size finder
+
+# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
+# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
+# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
+
+
+def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1, repeats: int = 2) -> dict:
+    """Halve from ``start`` until ``fits(batch_size)`` runs ``repeats`` times without running out of memory.
+
+    Two repeats by default: the first step at a new size can pass while the second (gradients and
+    allocator state carried over) fails.
+
+    Returns ``{"batch_size": largest that fit (None if even min_batch_size failed), "tried": [{batch_size, ok,
+    error}]}``. Errors that are not out-of-memory are raised: a bug must not look like a big batch.
+    """
+    if not isinstance(start, int) or start < 1:
+        raise ValueError(f"start must be a positive integer batch size, got {start!r}")
+    if not isinstance(min_batch_size, int) or not 1 <= min_batch_size <= start:
+        raise ValueError(f"min_batch_size must be an integer in 1..start ({start}), got {min_batch_size!r}")
+    tried, batch_size = [], start
+    while batch_size >= min_batch_size:
+        try:
+            for _ in range(repeats):
+                fits(batch_size)
+        except Exception as exc:  # noqa: BLE001 - sorted just below
+            if not is_oom(exc):
+                raise
+            tried.append({"batch_size": batch_size, "ok": False, "error": str(exc).strip().splitlines()[0][:200]})
+            release_cached()
+            batch_size //= 2
+            continue
+        tried.append({"batch_size": batch_size, "ok": True, "error": None})
+        return {"batch_size": batch_size, "tried": tried}
+    return {"batch_size": None, "tried": tried}
+
+
+def release_cached() -> None:
+    """Free what a failed step left behind: its tensors (garbage once the exception's frames are gone), CUDA's cache."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def train_step_probe(model: str = "net", device: str | torch.device = "cpu", lr: float = 1e-3,
+                     seed: int = 0) -> Callable[[int], float]:
+    """A ``fits(batch_size)`` that runs one real training step (``train_step``, Adam) and returns the loss.
+
+    ``fits.model`` and ``fits.optimizer`` are the model and optimizer it trains: keep training those
+    after the search (under an address-space cap, memory freed by a failed try is not always returned
+    to the OS, so a second model may not fit where the first did)."""
+    device = torch.device(device)
+    torch.manual_seed(seed)
+    net = build_model(model).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+
+    def fits(batch_size: int) -> float:
+        X = torch.randn(batch_size, 1, 28, 28, device=device)
+        y = torch.randint(0, 10, (batch_size,), device=device)
+        return float(train_step(net, opt, X, y))
+
+    fits(2)  # create the optimizer state and start the thread pools before any limit is set
+    fits.model, fits.optimizer = net, opt  # so the caller can go on training the same model
+    return fits
+
+
+def address_space_bytes() -> int:
+    """This process's virtual memory size now (what RLIMIT_AS counts)."""
+    import psutil
+
+    return psutil.Process().memory_info().vms
+
+
+def limit_memory(budget_bytes: int, device: str | torch.device = "cpu") -> dict:
+    """Let this process allocate about ``budget_bytes`` more, then fail with an out-of-memory error.
+
+    CPU: ``RLIMIT_AS`` = current address space + budget (cannot be raised again in this process).
+    CUDA: ``set_per_process_memory_fraction`` so that the cap is (memory in use now + budget).
+    Returns what was set, for the record.
+    """
+    if budget_bytes <= 0:
+        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        total = torch.cuda.get_device_properties(dev).total_memory
+        cap = torch.cuda.memory_reserved(dev) + budget_bytes
+        fraction = min(1.0, cap / total)
+        torch.cuda.set_per_process_memory_fraction(fraction, dev)
+        return {"method": "set_per_process_memory_fraction", "fraction": fraction, "cap_bytes": cap}
+    try:
+        import resource  # POSIX only: imported here so that this module imports on Windows too
+    except ImportError:
+        raise ConfigError("a CPU memory cap needs resource.setrlimit(RLIMIT_AS), which is not available on Windows "
+                          "(Python has no `resource` module there)",
+                          "run this lesson under WSL2 (or on Linux or macOS); on a CUDA GPU the cap is "
+                          "torch.cuda.set_per_process_memory_fraction (--device cuda)") from None
+    base = address_space_bytes()
+    limit = base + budget_bytes
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return {"method": "RLIMIT_AS", "base_vms_bytes": base, "limit_bytes": limit}
+
+
 # --------------------------------------------------------------------------- a fresh process
 
-def run_isolated(target: str, env: dict | None = None, timeout: float = 300, **kwargs) -> dict:
-    """Run the package function ``target`` ("module:function") in a fresh Python process.
+def isolated_target(fn: Callable) -> str:
+    """``"module:qualname"`` of a module-level function: how the fresh process of :func:`run_isolated` finds it.
+
+    A lambda, a function defined inside another one or in ``__main__`` (a notebook cell) cannot be imported by a
+    new process: a ``ConfigError`` says to pass a function defined at the top of a package module."""
+    if isinstance(fn, str) or not callable(fn):
+        raise ConfigError(f"run_isolated takes the function itself, got {type(fn).__name__} {fn!r}",
+                          "import the function and pass it: run_isolated(l05_precision_memory.leak_demo, ...)")
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname or "." in qualname:
+        where = f"{module}:{qualname}" if module and qualname else repr(fn)
+        raise ConfigError(f"run_isolated needs a module-level function that a fresh process can import; {where} is "
+                          "a lambda, a nested function, a method or defined in __main__ (a notebook cell or script)",
+                          "define the function at the top of a package module (e.g. a lesson module) and pass it")
+    return f"{module}:{qualname}"
+
+
+def run_isolated(fn: Callable, env: dict | None = None, timeout: float = 300, **kwargs) -> dict:
+    """Run the module-level function ``fn`` with ``kwargs`` (JSON-able) in a fresh Python process.
 
     Returns its JSON result under ``"result"`` plus ``rss_start_bytes`` (after importing torch and
-    the target's module) and ``rss_peak_bytes`` (the process's high-water mark), so
+    the function's module) and ``rss_peak_bytes`` (the process's high-water mark), so
     ``rss_peak_bytes - rss_start_bytes`` is what the call added at its worst moment. ``env``
     adds environment variables, read before anything initialises CUDA (PYTORCH_CUDA_ALLOC_CONF).
+    The new process imports ``fn`` by its module and name (:func:`isolated_target`).
     """
-    if target.count(":") != 1:
-        raise ValueError(f"target must be 'package.module:function', got {target!r}")
+    target = isolated_target(fn)
     cmd = [sys.executable, "-m", "mnist_helpers.memory", target, json.dumps(kwargs)]
     proc = subprocess.run(cmd, env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -336,7 +468,7 @@ def graph_nodes(t) -> int:
     return len(seen)
 
 
-if __name__ == "__main__":  # python -m mnist_helpers.memory module:function '{"kwarg": 1}'
+if __name__ == "__main__":  # what run_isolated runs: python -m mnist_helpers.memory module:function '{"kwarg": 1}'
     if len(sys.argv) != 3:
-        sys.exit("usage: python -m mnist_helpers.memory package.module:function '{json kwargs}'")
+        sys.exit("usage: python -m mnist_helpers.memory package.module:function '{json kwargs}' (what run_isolated runs)")
     _child_main(sys.argv[1], sys.argv[2])

@@ -2,7 +2,11 @@
 
     bash scripts/device_check.sh                          # on a one-GPU machine: results under $OUT
     bash scripts/device_check.sh OUT_DIR --cpu-dry-run    # on a CPU: every section, tiny sizes, gloo
-    python -m mnist_helpers.workers.bench.device_check --section nccl --res /tmp/device_check --dry-run
+    python scripts/device_check.py --section nccl --res /tmp/device_check --dry-run
+    python scripts/device_check.py --keep OUT_DIR         # file a GPU run under results/reference/<machine label>/
+
+A script, not a worker: it runs the lessons' own code on the GPU (notebook 10's ladder, 05's precision comparison
+and allocator experiments), which scripts may import and workers may not.
 
 Each section writes ``RES/<section>.json`` again after every row or run (atomically), so a section stopped by its
 time limit keeps what it finished; every run is guarded (its exception is recorded under ``errors`` and the section
@@ -41,8 +45,10 @@ import time
 import traceback
 from pathlib import Path
 
-from mnist_helpers.errors import cli_entry
-from mnist_helpers.io import atomic_write, write_json
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's mnist_helpers, run from anywhere
+
+from mnist_helpers.errors import cli_entry  # noqa: E402
+from mnist_helpers.io import atomic_write, write_json  # noqa: E402
 
 SECTIONS = ("machine", "time_to_accuracy", "speedrun_chain", "amp", "loader", "allocator", "nccl")
 # What section nccl measures, in its JSON and on every row: one rank has no peer, so NCCL's all_reduce moves no byte
@@ -161,7 +167,7 @@ def time_to_accuracy(s: Section) -> None:
     payload. The article's recipe gets NO_SCHEDULE_EPOCHS epochs and 2 seeds (it stops at 99.0%); the ladder's
     fastest GPU recipe (`graphs`, to 99.0%) and its 99.5% twin (`fast995`: speedrun.HYP_995 on top) 10 seeds each,
     interleaved, judged against an H200's targets (0.25 s to 99.0%, 3 s to 99.5%; CUDA events time the training)."""
-    repo = Path(__file__).resolve().parents[3]
+    repo = Path(__file__).resolve().parents[1]
     out = s.path.with_name("time_to_accuracy.bench.json")
     # `--fast graphs`: the ladder's last GPU step (SpeedNet, bf16, channels_last, compile, CUDA graphs), named, not
     # measured: the default `fast` would first time 12 settings (6 compilations), minutes of this section's limit.
@@ -339,8 +345,7 @@ def allocator(s: Section) -> None:
     s.save(fragmentation=s.run("fragmentation", lesson.allocator_fragmentation))
     s.save(empty_cache_cost=s.run("empty_cache_cost", lambda: lesson.empty_cache_cost(num_steps=20)))
     s.save(fragmentation_expandable=s.run("fragmentation expandable_segments", lambda: run_isolated(
-        "mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation",
-        env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=25)))
+        lesson.allocator_fragmentation, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=25)))
 
 
 def nccl(s: Section) -> None:

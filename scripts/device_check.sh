@@ -30,7 +30,7 @@
 # keeps what finished. All files go to a scratch folder, packed after every section into OUT/device_check.tar.gz,
 # with manifest.json (each section's status: ok, errors, timeout, failed, skipped), time_to_accuracy.json,
 # speedrun_chain.json and machine.json beside it: 5 files in OUT (7 with the 2 of OUT/notebooks/). To keep them:
-# python -m mnist_helpers.workers.bench.device_check --keep OUT_DIR (files them, and the GPU claims judged from
+# python scripts/device_check.py --keep OUT_DIR (files them, and the GPU claims judged from
 # them, under results/reference/<machine label>/), then make claims.
 # Options by environment: DEVICE_CHECK_SECTIONS="machine nccl" (a subset), DEVICE_CHECK_LIMIT_<section>=S,
 # DEVICE_CHECK_BUDGET_S, PYTHON (default: .venv/bin/python if present, else python3).
@@ -68,7 +68,7 @@ export DEVICE_CHECK_DRY=$DRY DEVICE_CHECK_RES=$RES
 BUDGET=${DEVICE_CHECK_BUDGET_S:-450}
 SLOW=1
 if [ "$DRY" = 1 ]; then BUDGET=${DEVICE_CHECK_BUDGET_S:-1200}; SLOW=3; fi  # a busy CPU tests code paths, not the budget
-DRIVER=(-m mnist_helpers.workers.bench.device_check)
+DRIVER=("$REPO/scripts/device_check.py")  # the sections (a script: it runs the lessons' code)
 SECTIONS=${DEVICE_CHECK_SECTIONS:-machine time_to_accuracy speedrun_chain amp loader allocator nccl notebooks}
 # a CPU dry run does not run the notebooks (12 of them on a CPU take far longer than the rest) unless named
 [ "$DRY" = 0 ] || [ -n "${DEVICE_CHECK_SECTIONS:-}" ] || SECTIONS=${SECTIONS% notebooks}

@@ -3,6 +3,7 @@ as on the GPU machine (at most 8 files in OUT, an archive with every section's J
 failing run is recorded while its section carries on, and a section over its limit keeps its place as a timeout."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -14,10 +15,12 @@ import pytest
 
 from mnist_helpers import claims
 from mnist_helpers.errors import UsageError
-from mnist_helpers.workers.bench import device_check as dc
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "device_check.sh"
+_spec = importlib.util.spec_from_file_location("device_check", REPO / "scripts" / "device_check.py")
+dc = importlib.util.module_from_spec(_spec)  # the sections: a script (it runs the lessons' code), not a worker
+_spec.loader.exec_module(dc)
 MAX_FILES = 8  # what the device machine sends back from $OUT
 
 
@@ -339,8 +342,8 @@ def test_keep_files_a_gpu_run_as_a_reference_and_refuses_a_dry_run(tmp_path):
 @pytest.mark.parametrize("label", sorted(p.parent.name for p in (REPO / "results" / "reference").glob(
     f"*/{dc.CLAIMS_NAME}.json")))
 def test_committed_gpu_claims_are_what_their_sections_give(label):
-    """A kept run's claims file is the judgement of its kept sections (rerun it: python -m
-    mnist_helpers.workers.bench.device_check --keep OUT)."""
+    """A kept run's claims file is the judgement of its kept sections (rerun it: python
+    scripts/device_check.py --keep OUT)."""
     folder = REPO / "results" / "reference" / label
     kept = json.loads((folder / f"{dc.CLAIMS_NAME}.json").read_text())
     assert dc.judge(folder).to_dict()["claims"] == kept["claims"]

@@ -1,11 +1,15 @@
-"""The package's shape, enforced: a core every lesson builds on, lessons that never import each other,
-no import cycle, and an index in ``mnist_helpers/__init__.py`` that names every module."""
+"""The package's shape, enforced: a core every lesson builds on, lessons that never import each other, workers
+built on the core alone, no import cycle, no function imported by a string naming it, and an index in
+``mnist_helpers/__init__.py`` that names every module."""
 from __future__ import annotations
 
 import ast
+import json
+import re
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parents[1] / "mnist_helpers"
+REPO = Path(__file__).resolve().parents[1]
+PKG = REPO / "mnist_helpers"
 KINDS = ("lessons", "workers", "tools")
 
 
@@ -56,6 +60,60 @@ def test_lessons_never_import_each_other():
 def test_core_imports_only_the_core():
     bad = [(a, b) for a, deps in graph().items() if kind(a) == "core" for b in deps if kind(b) != "core"]
     assert not bad, f"a core module imports a lesson, worker or tool: {bad}"
+
+
+def test_workers_import_only_the_core():
+    """A worker runs under torchrun on a machine that may have only the package: it imports the core and other
+    workers (``workers/<group>/common.py``), never a lesson (code it shares with a notebook moves to the core) nor
+    a tool. Lazy imports count: ``imports`` walks the whole file."""
+    bad = [(a, b) for a, deps in graph().items() if kind(a) == "workers"
+           for b in deps if kind(b) not in ("core", "workers")]
+    assert not bad, f"a worker imports a lesson or a tool (move what it needs into the core): {bad}"
+
+
+# "mnist_helpers.lessons.l07_scaling:ddp_memory": a function named by a string, imported by whoever reads it
+BY_STRING = re.compile(r"mnist_helpers\.[a-z0-9_.]+:[a-z_]")
+# (file, function) where a test checks the string form on purpose (what run_isolated's child process is given)
+STRING_FORM_CHECKED = {("tests/test_memory.py", "test_run_isolated_takes_a_module_level_function_never_a_name")}
+
+
+def _strings(tree: ast.AST, scope: str = ""):
+    """(enclosing function, string literal) for every string constant of ``tree``, docstrings included."""
+    for node in ast.iter_child_nodes(tree):
+        inner = node.name if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else scope
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield scope, node.value
+        yield from _strings(node, inner)
+
+
+def _sources():
+    """(path relative to the repo, Python source) of the package, scripts, tests and notebooks' code cells."""
+    for folder in ("mnist_helpers", "scripts", "tests"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            yield path.relative_to(REPO).as_posix(), path.read_text()
+    for path in sorted((REPO / "notebooks").rglob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                lines = "".join(cell["source"]).splitlines()
+                # IPython's %magic and !shell lines are not Python
+                yield (f"{path.relative_to(REPO).as_posix()} cell {i}",
+                       "\n".join(ln[:len(ln) - len(ln.lstrip())] + "pass" if ln.lstrip().startswith(("%", "!")) else ln
+                                 for ln in lines))
+
+
+def test_no_import_by_string():
+    """Functions travel as objects (``run_isolated(l07_scaling.ddp_memory, ...)``), never as "module:function"
+    strings that a reader, an IDE and a rename cannot follow: no string literal in the package, scripts, tests or
+    notebooks names one, unless a test checks that form on purpose (``STRING_FORM_CHECKED``)."""
+    bad = []
+    for where, source in _sources():
+        for scope, text in _strings(ast.parse(source)):
+            if BY_STRING.search(text) and (where, scope) not in STRING_FORM_CHECKED:
+                bad.append(f"{where}{' ' + scope if scope else ''}: {BY_STRING.search(text).group(0)}...")
+    for path in sorted((REPO / "scripts").rglob("*")):
+        if path.is_file() and path.suffix in (".sh", ".sbatch", ".yaml", ".yml") and BY_STRING.search(path.read_text()):
+            bad.append(f"{path.relative_to(REPO).as_posix()}: {BY_STRING.search(path.read_text()).group(0)}...")
+    assert not bad, f"a function named by a string (pass the function itself): {bad}"
 
 
 def test_no_import_cycle():

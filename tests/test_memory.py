@@ -4,12 +4,11 @@ import torch
 
 from mnist_helpers.io import MiB
 from mnist_helpers.lessons.l05_precision_memory import leak_demo
-from mnist_helpers.memory import CATEGORIES, graph_nodes, memory_summary, peak_memory, run_isolated, state_bytes
+from mnist_helpers.errors import ConfigError
+from mnist_helpers.memory import (CATEGORIES, graph_nodes, isolated_target, memory_summary, peak_memory, run_isolated,
+                                  state_bytes)
 from mnist_helpers.models import Net
 from mnist_helpers.train import train_step
-
-# run_isolated's target: l05_precision_memory.leak_demo, by name, in a fresh process
-LEAK_DEMO = "mnist_helpers.lessons.l05_precision_memory:leak_demo"
 
 
 def test_peak_and_persistent_of_known_allocations():
@@ -77,15 +76,28 @@ def test_loss_tensor_accumulation_keeps_graphs():
 
 def test_run_isolated_measures_growth_in_a_fresh_process():
     batch = 64
-    r = run_isolated(LEAK_DEMO, num_steps=5, accumulate="tensor", backward=False, batch_size=batch)
+    r = run_isolated(leak_demo, num_steps=5, accumulate="tensor", backward=False, batch_size=batch)
     # An evaluation loop without no_grad keeps every batch's activations; each kept graph holds at least
     # the first convolution's activation (batch x 32 x 26 x 26 fp32), a size set by the model, not the machine.
     assert r["result"]["growth_per_step"] >= batch * 32 * 26 * 26 * 4
     assert r["result"]["graph_nodes_kept"] > 0 and r["rss_peak_bytes"] > r["rss_start_bytes"]
-    with pytest.raises(ValueError, match="module:function"):
-        run_isolated(LEAK_DEMO.replace(":", "."))
     with pytest.raises(RuntimeError, match="failed in its subprocess"):
-        run_isolated(LEAK_DEMO, accumulate="float")
+        run_isolated(leak_demo, accumulate="float")
+
+
+def test_run_isolated_takes_a_module_level_function_never_a_name():
+    """The fresh process imports the function by its module and name; what it cannot import is refused up front."""
+    assert isolated_target(leak_demo) == "mnist_helpers.lessons.l05_precision_memory:leak_demo"  # the string form
+
+    def nested():
+        return 1
+
+    for fn in (lambda: 1, nested, "mnist_helpers.lessons.l05_precision_memory:leak_demo", 3):
+        with pytest.raises(ConfigError, match="run_isolated") as err:
+            run_isolated(fn)
+        assert "fix:" in str(err.value)
+    with pytest.raises(ConfigError, match="module-level function"):
+        run_isolated(nested)
 
 
 def test_training_loop_leak_is_graph_nodes_growing_with_steps():

@@ -6,7 +6,7 @@ The test runs the launcher's own settings (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=
 ``mnist_helpers.launch.torchrun`` runs on one node) and for an explicit c10d endpoint (how several nodes meet),
 prints both rates, writes them to ``results/restarts.json`` (claim ``07.restarts``) and asserts a behaviour: the
 launcher's configuration restarts every time. torch's defaults (store sharing on) and more trials:
-``python -m mnist_helpers.workers.bugs.restart_kill --trials 10 --write`` (the reference in
+``python scripts/bench_restarts.py --trials 10 --write`` (the reference in
 ``results/reference/<machine>/restarts.json``).
 """
 import pytest
@@ -62,3 +62,18 @@ def test_restart_command_shapes():
     assert "--rdzv-endpoint=127.0.0.1:12345" in cmd and "--max-restarts=2" in cmd
     with pytest.raises(ValueError, match="standalone"):
         scaling.restart_command("static")
+
+
+def test_the_trials_are_a_script_and_the_worker_only_a_worker(tmp_path):
+    """The rates over many trials are ``scripts/bench_restarts.py`` (it imports the lesson); the worker being killed
+    imports nothing of the series and takes no ``--trials``. Both refuse a bad command line before running anything."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "bench_restarts.py"
+    p = subprocess.run([sys.executable, str(script), "--trials", "0"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "--trials must be a positive integer" in p.stderr, p.stderr[-2000:]
+    p = subprocess.run([sys.executable, "-m", restart_kill.__name__, "--trials", "5"], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and "unrecognized arguments: --trials" in p.stderr, p.stderr[-2000:]

@@ -125,7 +125,7 @@ def test_ddp_memory_shows_the_bucket_copy_and_the_view_removes_it():
     """DDP keeps a gradient-sized copy in its buckets; gradient_as_bucket_view=True removes it (memory, not speed)."""
     from mnist_helpers.memory import run_isolated
 
-    rows = run_isolated("mnist_helpers.lessons.l07_scaling:ddp_memory", model="fastnet", batch_sizes=[16])["result"]
+    rows = run_isolated(scaling.ddp_memory, model="fastnet", batch_sizes=[16])["result"]
     assert [r["variant"] for r in rows] == ["one process", "DDP", "DDP, gradient_as_bucket_view"]
     one, ddp, view = rows
     assert ddp["persistent_mib"] > one["persistent_mib"]

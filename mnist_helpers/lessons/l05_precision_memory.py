@@ -226,7 +226,7 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
 
 # "AMP roughly halves memory and speeds training", as code: bf16's peak at most AMP_HALVES of fp32's, and more
 # than AMP_FASTER x fp32's images/s with the timed blocks apart (claims.separated). Notebook 05 (this machine) and
-# workers/bench/device_check (a GPU run, per batch size) judge 05.amp_memory_speed by these two functions.
+# scripts/device_check.py (a GPU run, per batch size) judge 05.amp_memory_speed by these two functions.
 AMP_HALVES = 0.6
 AMP_FASTER = 1.1
 
@@ -362,8 +362,9 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     left in them. ``backward=False`` is an evaluation loop without ``torch.no_grad()``: then each kept graph still
     holds its saved activations. ``kept_by_graph`` counts both exactly (``graph_nodes_kept``, ``saved_bytes_kept``);
     ``bytes_after_step`` is the process's meter (RSS on CPU: the allocator's and the OS's noise included).
-    On CPU run it in a fresh process (``run_isolated``): the RSS is the meter there. Called by name,
-    ``"mnist_helpers.lessons.l05_precision_memory:leak_demo"``, from notebook 05 and tests/test_memory.py: keep its keyword arguments and JSON-able result.
+    On CPU run it in a fresh process (``run_isolated(leak_demo, ...)``): the RSS is the meter there. Run so (the
+    new process imports it by module and name) from notebook 05 and tests/test_memory.py: keep it at module level,
+    its keyword arguments and its JSON-able result.
     """
     if accumulate not in ("tensor", "item"):
         raise ValueError(f"accumulate must be 'tensor' or 'item', got {accumulate!r}")
@@ -428,9 +429,8 @@ def allocator_fragmentation(num_steps: int = 24, base_mib: int = 64) -> dict:
     """CUDA only: allocate a batch whose size changes every step (as with variable-length inputs)
     while small tensors that outlive the step (2 MiB each, allocated after the batch is freed: large-pool blocks
     that pin the batches' segments); report the caching allocator's reserved vs allocated peaks. Run it with and without ``expandable_segments:True`` via
-    ``run_isolated`` (the setting is read once, when CUDA initialises). Called by name,
-    ``"mnist_helpers.lessons.l05_precision_memory:allocator_fragmentation"``, from notebook 05 and
-    scripts/bench_amp.py."""
+    ``run_isolated(allocator_fragmentation, env=...)`` (the setting is read once, when CUDA initialises), as
+    notebook 05, scripts/bench_amp.py and scripts/device_check.py do: keep it at module level."""
     if not torch.cuda.is_available():
         raise ValueError("allocator_fragmentation needs a CUDA device; on CPU read the reference results")
     dev = torch.device("cuda")

@@ -531,44 +531,6 @@ def restart_rates(trials: int = 5, configs=RESTART_CONFIGS, *, timeout: float = 
     return rows
 
 
-def restart_cli(argv: list[str]) -> int:
-    """``python -m mnist_helpers.workers.bugs.restart_kill --trials N [--out FILE]``: the rates, printed."""
-    import argparse
-
-    from mnist_helpers.display import show
-
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bugs.restart_kill")
-    ap.add_argument("--trials", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=90)
-    ap.add_argument("--out", default=None, help="JSON with every trial")
-    ap.add_argument("--write", action="store_true",
-                    help="also write results/restarts.json (claim 07.restarts; profile full)")
-    ap.add_argument("--reference", action="store_true", help="with --write: keep it as this machine's reference")
-    args = ap.parse_args(argv)
-    if args.trials < 1:
-        ap.error(f"--trials must be a positive integer, got {args.trials}")
-    from tqdm.auto import tqdm
-
-    from mnist_helpers import claims
-
-    with claims.Contention() as busy, tqdm(total=args.trials * len(RESTART_CONFIGS), desc="restart trials") as bar:
-        rows = restart_rates(args.trials, timeout=args.timeout, progress=bar)
-    show(rows, **RESTARTS_TABLE)
-    print(busy)
-    if args.out:
-        from mnist_helpers.io import write_json
-        write_json(args.out, {"rows": rows})
-    if args.write:
-        res = claims.ResultFile("restarts", profile="full")
-        entry = record_restarts(rows, res, contention=busy)
-        res.extra["rows"] = rows
-        print(f"07.restarts: {entry['verdict']} ({entry['evidence']})")
-        res.write()
-        if args.reference:
-            print(f"reference: {res.keep_as_reference()}")
-    return 0
-
-
 RESTARTS_CLAIM = ("torchrun --max-restarts brings a DDP group back after a worker is killed (kill -9), "
                   "with the launcher's settings")
 
@@ -674,7 +636,7 @@ def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1, devi
     and under DDP with ``gradient_as_bucket_view=True``, at each batch size. Measured with the profiler's
     allocation replay (``mnist_helpers.memory.peak_memory``) in a world of one gloo process: DDP's reducer and its
     buckets are the same as at N processes. Call it in a fresh process (``memory.run_isolated``), since it makes a
-    process group: ``run_isolated("mnist_helpers.lessons.l07_scaling:ddp_memory")``. ``device="cuda"``: on GPU 0
+    process group: ``run_isolated(l07_scaling.ddp_memory, ...)``. ``device="cuda"``: on GPU 0
     (a one-process nccl group; the CUDA allocator's counters measure the peak)."""
     import os
 

@@ -23,7 +23,8 @@ CPU, so the functions keep process counts and timeouts small.
 **The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
 (``mnist_helpers.memory.peak_memory``) and returns one row per item.
 
-**The batch-size finder.** :func:`find_batch_size` halves from a start until ``fits(batch_size)`` runs without
+**The batch-size finder** (in the core, ``mnist_helpers.memory``, which the ``oom`` worker shares; named here
+too). :func:`find_batch_size` halves from a start until ``fits(batch_size)`` runs without
 an out-of-memory error; :func:`train_step_probe` makes such a ``fits`` (one ``mnist_helpers.train.train_step``
 on a random MNIST-shaped batch); :func:`limit_memory` makes the memory limit real:
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import io
 import json
 import os
@@ -56,7 +56,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import pandas as pd
 import psutil
@@ -68,20 +67,19 @@ from mnist_helpers import display
 from mnist_helpers.data import (TensorBatches, check_file, dataset_tensors, make_loader, mnist_datasets, raw_dir,
                                 time_loader)
 from mnist_helpers.doctor import check_shm
-from mnist_helpers.errors import ConfigError, cli_entry
+from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.launch import LaunchError, run_guarded, torchrun
-from mnist_helpers.memory import current_bytes, graph_nodes, is_oom, peak_memory, run_isolated
+from mnist_helpers.memory import current_bytes, graph_nodes, peak_memory, run_isolated
+# the batch-size finder lives in the core (mnist_helpers.memory: the oom worker uses it too); named here as before
+from mnist_helpers.memory import (MALLOC_ENV, address_space_bytes, find_batch_size, limit_memory,  # noqa: F401
+                                  release_cached, train_step_probe)
 from mnist_helpers.models import build_model
 from mnist_helpers.paths import PACKAGE_DIR
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 from mnist_helpers.train import select_device, train_step, train_with_loader
 
 BUGS = PACKAGE_DIR / "workers" / "bugs"  # the bug programs, for the reproductions that run a file
-# glibc moves its mmap threshold up after large frees, so later big tensors land in the heap, which
-# never shrinks: under RLIMIT_AS the address space then creeps up and the search becomes flaky. A fixed
-# threshold keeps every tensor >= 1 MiB in its own mapping, returned to the OS when freed.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(2**20)}
 STATUS = {True: "passes", False: "STILL FAILS", None: "not shown on this machine"}
 
 
@@ -453,9 +451,8 @@ def summed_loss_memory(num_steps: int = 8, accumulate: str = "tensor", batch_siz
 
 def loss_accumulation(num_steps: int = 8, batch_size: int = 64) -> Repro:
     """``total += loss`` keeps every step's graph; ``total += loss.item()`` does not (each in a fresh process)."""
-    target = "mnist_helpers.lessons.l08_troubleshooting:summed_loss_memory"
-    bad = run_isolated(target, accumulate="tensor", num_steps=num_steps, batch_size=batch_size)["result"]
-    good = run_isolated(target, accumulate="item", num_steps=num_steps, batch_size=batch_size)["result"]
+    bad = run_isolated(summed_loss_memory, accumulate="tensor", num_steps=num_steps, batch_size=batch_size)["result"]
+    good = run_isolated(summed_loss_memory, accumulate="item", num_steps=num_steps, batch_size=batch_size)["result"]
     return Repro(
         "graphs kept alive by accumulating loss", "",
         f"memory grows {bad['growth_per_step'] / MiB:,.1f} MiB per step and {bad['graph_nodes_kept']} autograd nodes "
@@ -711,102 +708,6 @@ def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:
 
 
 # --------------------------------------------------------------------------- the batch-size finder
-
-def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: int = 1, repeats: int = 2) -> dict:
-    """Halve from ``start`` until ``fits(batch_size)`` runs ``repeats`` times without running out of memory.
-
-    Two repeats by default: the first step at a new size can pass while the second (gradients and
-    allocator state carried over) fails.
-
-    Returns ``{"batch_size": largest that fit (None if even min_batch_size failed), "tried": [{batch_size, ok,
-    error}]}``. Errors that are not out-of-memory are raised: a bug must not look like a big batch.
-    """
-    if not isinstance(start, int) or start < 1:
-        raise ValueError(f"start must be a positive integer batch size, got {start!r}")
-    if not isinstance(min_batch_size, int) or not 1 <= min_batch_size <= start:
-        raise ValueError(f"min_batch_size must be an integer in 1..start ({start}), got {min_batch_size!r}")
-    tried, batch_size = [], start
-    while batch_size >= min_batch_size:
-        try:
-            for _ in range(repeats):
-                fits(batch_size)
-        except Exception as exc:  # noqa: BLE001 - sorted just below
-            if not is_oom(exc):
-                raise
-            tried.append({"batch_size": batch_size, "ok": False, "error": str(exc).strip().splitlines()[0][:200]})
-            release_cached()
-            batch_size //= 2
-            continue
-        tried.append({"batch_size": batch_size, "ok": True, "error": None})
-        return {"batch_size": batch_size, "tried": tried}
-    return {"batch_size": None, "tried": tried}
-
-
-def release_cached() -> None:
-    """Free what a failed step left behind: its tensors (garbage once the exception's frames are gone), CUDA's cache."""
-    gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.empty_cache()
-
-
-def train_step_probe(model: str = "net", device: str | torch.device = "cpu", lr: float = 1e-3,
-                     seed: int = 0) -> Callable[[int], float]:
-    """A ``fits(batch_size)`` that runs one real training step (``train_step``, Adam) and returns the loss.
-
-    ``fits.model`` and ``fits.optimizer`` are the model and optimizer it trains: keep training those
-    after the search (under an address-space cap, memory freed by a failed try is not always returned
-    to the OS, so a second model may not fit where the first did)."""
-    device = torch.device(device)
-    torch.manual_seed(seed)
-    net = build_model(model).to(device)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-
-    def fits(batch_size: int) -> float:
-        X = torch.randn(batch_size, 1, 28, 28, device=device)
-        y = torch.randint(0, 10, (batch_size,), device=device)
-        return float(train_step(net, opt, X, y))
-
-    fits(2)  # create the optimizer state and start the thread pools before any limit is set
-    fits.model, fits.optimizer = net, opt  # so the caller can go on training the same model
-    return fits
-
-
-def address_space_bytes() -> int:
-    """This process's virtual memory size now (what RLIMIT_AS counts)."""
-    return psutil.Process().memory_info().vms
-
-
-def limit_memory(budget_bytes: int, device: str | torch.device = "cpu") -> dict:
-    """Let this process allocate about ``budget_bytes`` more, then fail with an out-of-memory error.
-
-    CPU: ``RLIMIT_AS`` = current address space + budget (cannot be raised again in this process).
-    CUDA: ``set_per_process_memory_fraction`` so that the cap is (memory in use now + budget).
-    Returns what was set, for the record.
-    """
-    if budget_bytes <= 0:
-        raise ValueError(f"budget_bytes must be positive, got {budget_bytes}")
-    dev = torch.device(device)
-    if dev.type == "cuda":
-        total = torch.cuda.get_device_properties(dev).total_memory
-        cap = torch.cuda.memory_reserved(dev) + budget_bytes
-        fraction = min(1.0, cap / total)
-        torch.cuda.set_per_process_memory_fraction(fraction, dev)
-        return {"method": "set_per_process_memory_fraction", "fraction": fraction, "cap_bytes": cap}
-    try:
-        import resource  # POSIX only: imported here so that this module imports on Windows too
-    except ImportError:
-        raise ConfigError("a CPU memory cap needs resource.setrlimit(RLIMIT_AS), which is not available on Windows "
-                          "(Python has no `resource` module there)",
-                          "run this lesson under WSL2 (or on Linux or macOS); on a CUDA GPU the cap is "
-                          "torch.cuda.set_per_process_memory_fraction (--device cuda)") from None
-    base = address_space_bytes()
-    limit = base + budget_bytes
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    return {"method": "RLIMIT_AS", "base_vms_bytes": base, "limit_bytes": limit}
-
 
 def find_batch_size_limited(model: str = "net", start: int = 4096, budget_mib: int = 600,
                             min_batch_size: int = 1, timeout: float = 300) -> dict:

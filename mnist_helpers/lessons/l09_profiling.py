@@ -6,17 +6,18 @@ batch size & workers > LR & optimizer > AMP & accumulation > distribution", "rec
 own knowledge base". The notebook writes the profiler and Timer calls out in its cells; this module holds what they
 share with the 2-process worker and the measurement harness.
 
-1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py``:
-   :func:`profile_training` runs labelled steps (``data`` / ``forward`` / ``backward`` / ``all-reduce`` /
-   ``optimizer`` via ``record_function``, :func:`labelled_step`) under a wait / warm-up / active schedule;
-   :func:`time_breakdown` sums the labels into data wait, compute and communication, :func:`bottleneck` reads it.
+1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py`` (in the core,
+   ``mnist_helpers.profiling``, which the worker imports; named here too): :func:`profile_training` runs
+   labelled steps (``data`` / ``forward`` / ``backward`` / ``all-reduce`` / ``optimizer`` via
+   ``record_function``, :func:`labelled_step`) under a wait / warm-up / active schedule; :func:`time_breakdown`
+   sums the labels into data wait, compute and communication, :func:`bottleneck` reads it.
 
 2. :func:`autotune`: a measured search of threads, batch size, data feed, AMP dtype and processes per node under a
    time budget; every stage runs the same loop (:func:`search_stage`), each candidate timed on real training steps
    (:func:`measure_steps`); what the budget did not allow is recorded as skipped, never guessed.
 
-3. The tuning priority, measured: :func:`time_to_accuracy` (training time to a target test accuracy, the one
-   currency every lever is paid in), :func:`lever_plan` (the article's baseline and each lever applied alone),
+3. The tuning priority, measured: :func:`time_to_accuracy` (in ``mnist_helpers.profiling``: training time to a
+   target test accuracy, the one currency every lever is paid in), :func:`lever_plan` (the article's baseline and each lever applied alone),
    :func:`side_by_side` (seeds interleaved; the distribution lever through torchrun), :func:`priority_verdict`
    (the gains' order against the article's, with their spread).
 
@@ -40,14 +41,11 @@ import statistics
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-from torch.profiler import ProfilerActivity, record_function
 from torch.utils.data import Subset
 
 from mnist_helpers import distributed
@@ -59,9 +57,13 @@ from mnist_helpers.launch import torchrun
 from mnist_helpers.live import ipython_kernel_active
 from mnist_helpers.memory import is_oom
 from mnist_helpers.models import build_model
+# the profiling harness and the time-to-accuracy clock live in the core (the profile_ddp worker runs them too);
+# named here as before, so notebook 09 and the tests import them from this lesson
+from mnist_helpers.profiling import (CATEGORIES, COMM_MARKERS, LABELS, activities,  # noqa: F401
+                                     allreduce_gradients, labelled_step, make_batches, profile_training,
+                                     summarise_events, time_breakdown, time_to_accuracy)
 from mnist_helpers.resources import usable_cores
-from mnist_helpers.train import (AMP_DTYPES, TrainConfig, build_training, check_amp, evaluate, make_train_batches,
-                                 select_device, synchronize, train_step)
+from mnist_helpers.train import AMP_DTYPES, TrainConfig, check_amp, select_device, train_step
 
 # --------------------------------------------------------------------------- what runs where
 
@@ -110,181 +112,7 @@ def plan(gpus: int | None = None, cores: int | None = None, nproc: int = 2) -> d
 
 
 # --------------------------------------------------------------------------- 1. torch.profiler
-
-LABELS = ("data", "forward", "backward", "all-reduce", "optimizer")
-CATEGORIES = {"data wait": ("data",), "compute": ("forward", "backward", "optimizer"),
-              "communication": ("all-reduce",)}
-# op names that are communication even when nobody labelled them (DDP all-reduces inside backward)
-COMM_MARKERS = ("allreduce", "all_reduce", "broadcast", "allgather", "all_gather", "reduce_scatter")
-
-
-def activities(device: torch.device | str) -> list:
-    """CPU always; CUDA too when the run is on a GPU (kernels then show on their own stream rows)."""
-    acts = [ProfilerActivity.CPU]
-    if torch.device(device).type == "cuda" and torch.cuda.is_available():
-        acts.append(ProfilerActivity.CUDA)
-    return acts
-
-
-def _check_schedule(wait: int, warmup: int, active: int) -> None:
-    for name, v in (("wait", wait), ("warmup", warmup)):
-        if not isinstance(v, int) or v < 0:
-            raise ValueError(f"{name} must be an integer >= 0 (steps skipped before recording), got {v!r}")
-    if not isinstance(active, int) or active < 1:
-        raise ValueError(f"active must be a positive integer (steps recorded), got {active!r}")
-
-
-# Not train.train_step: this step puts each phase (and an explicit all-reduce) under its own profiler label.
-def labelled_step(model, opt, batches_iter, device, *, allreduce: Callable[[], None] | None = None,
-                  channels_last: bool = False) -> int:
-    """One training step with every phase under its ``record_function`` label. Returns the batch size.
-
-    ``allreduce`` (e.g. :func:`allreduce_gradients`) runs between backward and the optimizer, the way DDP
-    does without overlap, so communication gets its own label. On a GPU each label ends with a synchronize, so its
-    CPU time includes the kernels it launched (otherwise they would run, unlabelled, after the step).
-    """
-    dev = torch.device(device)
-    sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
-    with record_function("data"):
-        X, y = next(batches_iter)
-        X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        if channels_last:
-            X = X.contiguous(memory_format=torch.channels_last)
-        sync()
-    with record_function("forward"):
-        loss = F.nll_loss(model(X), y)
-        sync()
-    opt.zero_grad(set_to_none=True)
-    with record_function("backward"):
-        loss.backward()
-        sync()
-    if allreduce is not None:
-        with record_function("all-reduce"):
-            allreduce()
-            sync()
-    with record_function("optimizer"):
-        opt.step()
-        sync()
-    return len(X)
-
-
-def allreduce_gradients(model: torch.nn.Module) -> Callable[[], None]:
-    """Average the gradients over all ranks in one flat bucket (what DDP does, minus the overlap)."""
-    def run():
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        flat /= dist.get_world_size()
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
-    return run
-
-
-def _cycle(batches: Iterable):
-    while True:
-        yielded = False
-        for b in batches:
-            yielded = True
-            yield b
-        if not yielded:
-            raise ValueError("the batches are empty: give at least one batch (a larger subset or smaller batch_size)")
-
-
-def make_batches(loader: str = "tensor", batch_size: int = 128, subset: int = 2048, num_workers: int = 0,
-                 rank: int = 0, world_size: int = 1, root=None):
-    """Training batches from in-memory tensors (``loader="tensor"``) or a torchvision DataLoader."""
-    cfg = TrainConfig(batch_size=batch_size, subset=subset, loader=loader, num_workers=num_workers,
-                      data_root=None if root is None else str(root))
-    return make_train_batches(cfg, torch.device("cpu"), rank=rank, world_size=world_size)
-
-
-def profile_training(model: str | torch.nn.Module = "net", *, batches=None, batch_size: int = 128,
-                     loader: str = "tensor", num_workers: int = 0, subset: int = 2048, device=None,
-                     wait: int = 1, warmup: int = 1, active: int = 3, trace_path: str | Path | None = None,
-                     allreduce: Callable | None = None, channels_last: bool = False, row_limit: int = 12,
-                     lr: float = 1e-3, seed: int = 0) -> dict:
-    """Profile ``wait + warmup + active`` real training steps and return what was recorded.
-
-    Returns ``{"table": top-operator text table, "events": [{name, cpu_us, device_us, count}] per name
-    (averaged over the active steps' events), "steps": active, "trace_path": Path or None,
-    "wall_s_per_step": plain wall time per active step, "images_per_step"}``.
-    """
-    _check_schedule(wait, warmup, active)
-    device = select_device("auto" if device is None else str(device))
-    torch.manual_seed(seed)
-    net = build_model(model) if isinstance(model, str) else model
-    net = net.to(device)
-    if channels_last:
-        net = net.to(memory_format=torch.channels_last)
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-    if batches is None:
-        batches = make_batches(loader, batch_size, subset, num_workers)
-    it = _cycle(batches)
-    if allreduce is not None and not callable(allreduce):
-        raise ValueError("allreduce must be a callable that averages gradients, e.g. allreduce_gradients(model)")
-    reduce_fn = allreduce(net) if allreduce is not None else None
-    schedule = torch.profiler.schedule(wait=wait, warmup=warmup, active=active, repeat=1)
-    total = wait + warmup + active
-    active_wall, images = 0.0, 0
-    net.train()
-    with torch.profiler.profile(activities=activities(device), schedule=schedule) as prof:
-        for step in range(total):
-            t0 = time.perf_counter()
-            n = labelled_step(net, opt, it, device, allreduce=reduce_fn, channels_last=channels_last)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if step >= wait + warmup:
-                active_wall += time.perf_counter() - t0
-                images = n
-            prof.step()
-    sort = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort, row_limit=row_limit)
-    path = None
-    if trace_path is not None:
-        path = Path(trace_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        prof.export_chrome_trace(str(path))
-    return {"table": table, "events": summarise_events(prof), "steps": active, "trace_path": path,
-            "wall_s_per_step": active_wall / active, "images_per_step": images, "device": str(device)}
-
-
-def summarise_events(prof) -> list[dict]:
-    """Per event name: total CPU time and device time (microseconds) and call count over the active steps."""
-    rows = []
-    for e in prof.key_averages():
-        dev = getattr(e, "device_time_total", 0) or getattr(e, "cuda_time_total", 0) or 0
-        rows.append({"name": e.key, "cpu_us": float(e.cpu_time_total), "self_cpu_us": float(e.self_cpu_time_total),
-                     "device_us": float(dev), "count": int(e.count)})
-    return rows
-
-
-def time_breakdown(events: list[dict], steps: int | None = None) -> list[dict]:
-    """Data wait / compute / communication / other, as time and share of the profiled steps.
-
-    ``events`` is :func:`summarise_events` output. Step time is the sum of ``ProfilerStep*`` events
-    (falling back to the labels' sum); ``communication`` is the ``all-reduce`` label or, when nothing is
-    labelled so (DDP all-reduces inside backward), the self time of collective ops. Shares add up to 1.
-    """
-    if not events:
-        raise ValueError("no profiler events: profile at least one active step first")
-    by = {}
-    for e in events:
-        by[e["name"]] = by.get(e["name"], 0.0) + e["cpu_us"]
-    step_us = sum(v for k, v in by.items() if k.startswith("ProfilerStep"))
-    label_us = {k: by.get(k, 0.0) for k in LABELS}
-    out = {cat: sum(label_us[lab] for lab in labs) for cat, labs in CATEGORIES.items()}
-    if label_us["all-reduce"] == 0.0:
-        comm = sum(e["self_cpu_us"] for e in events if any(m in e["name"].lower() for m in COMM_MARKERS))
-        out["communication"] = comm
-        out["compute"] = max(out["compute"] - comm, 0.0)  # those ops ran inside the backward label
-    total = step_us if step_us > 0 else sum(out.values())
-    out["other"] = max(total - sum(out.values()), 0.0)
-    total = max(total, sum(out.values()))
-    n = steps or 1
-    return [{"part": k, "ms_per_step": v / 1000 / n, "share": v / total if total else 0.0} for k, v in out.items()]
-
+# (profile_training, time_breakdown and their helpers: mnist_helpers.profiling, imported above)
 
 def bottleneck(breakdown: list[dict]) -> str:
     """A one-line reading of :func:`time_breakdown`: which part dominates and what to try."""
@@ -614,77 +442,6 @@ ARTICLE_BASELINE = {"model": "net", "batch_size": 128, "loader": "dataloader", "
                     "optimizer": "adam", "lr": 1e-3, "amp": "none"}
 EFFORT_NOTE = ("the article's order is also an order of effort (cheap knobs first, distribution last); a measurement "
                "of gains does not judge that")
-
-
-def time_to_accuracy(cfg: TrainConfig, X_test: torch.Tensor, y_test: torch.Tensor, target: float, *,
-                     eval_every_images: int = 2560, max_images: int = 180_000, ctx=None) -> dict:
-    """Train ``cfg`` until the test accuracy on ``(X_test, y_test)`` reaches ``target``; return how long it took.
-
-    The clock runs while training (waiting for batches included) and stops while evaluating, every
-    ``eval_every_images`` training images (counted over all processes, so a 2-process run evaluates at the same
-    points as one process). ``ctx`` (``distributed.init_distributed``'s context) makes it a DDP run: the model is
-    wrapped in DistributedDataParallel, every rank evaluates the same (identical) model and they agree to stop.
-
-    Returns ``{"seconds" (None if the target was not reached within max_images), "reached", "images", "steps",
-    "final_acc", "curve": [(images, seconds, acc)]}``.
-    """
-    if not 0 < target < 1:
-        raise ValueError(f"target must be an accuracy between 0 and 1, got {target!r}")
-    if not isinstance(eval_every_images, int) or eval_every_images < 1:
-        raise ValueError(f"eval_every_images must be a positive integer, got {eval_every_images!r}")
-    if max_images < eval_every_images:
-        raise ValueError(f"max_images ({max_images}) must be at least eval_every_images ({eval_every_images})")
-    rank, world = (ctx.rank, ctx.world_size) if ctx is not None else (0, 1)
-    device = ctx.device if ctx is not None else select_device(cfg.device)
-    threads_before = torch.get_num_threads()
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    try:
-        return _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx, device, rank, world)
-    finally:
-        torch.set_num_threads(threads_before)  # the next run starts from the same threads
-
-
-def _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx, device, rank, world) -> dict:
-    batches = make_train_batches(cfg, device, rank=rank, world_size=world)
-    tr = build_training(cfg, device, steps_per_epoch=len(batches))
-    model = tr.model
-    if ctx is not None and ctx.distributed:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-        model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    X_test, y_test = X_test.to(device), y_test.to(device)
-    plain = getattr(model, "module", model)
-    seen = steps = 0
-    next_eval, clock, curve, reached, epoch = eval_every_images, 0.0, [], False, 0
-    while not reached and seen < max_images:
-        epoch += 1
-        batches.set_epoch(epoch)
-        model.train()
-        synchronize(device)
-        t0 = time.perf_counter()
-        for X, y in batches:  # the wait for each batch is on the clock
-            X, y = X.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            train_step(model, tr.optimizer, X, y, amp=cfg.amp, scaler=tr.scaler)
-            seen += len(X) * world
-            steps += 1
-            if seen >= next_eval or seen >= max_images:
-                synchronize(device)
-                clock += time.perf_counter() - t0  # the clock stops for the evaluation
-                acc = evaluate(plain, X_test, y_test, 1024)["acc"]
-                stop = acc >= target
-                if ctx is not None and ctx.distributed:  # every rank stops at the same step
-                    flag = torch.tensor([float(stop)], device=device)
-                    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                    stop = bool(flag.item())
-                curve.append((seen, clock, acc))
-                next_eval += eval_every_images
-                if stop or seen >= max_images:
-                    reached = stop
-                    break
-                model.train()
-                t0 = time.perf_counter()
-    return {"seconds": clock if reached else None, "reached": reached, "images": seen, "steps": steps,
-            "final_acc": curve[-1][2] if curve else None, "curve": curve}
 
 
 def lever_plan(baseline: dict, levers: dict[int, dict], *, nproc_lever: int | None = 4, nproc: int = 2,

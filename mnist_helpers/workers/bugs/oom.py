@@ -1,8 +1,8 @@
 """Reproduce an out-of-memory error and fix it by halving the batch (notebook 08_troubleshooting).
 
-The worker caps its own memory first (``mnist_helpers.lessons.l08_troubleshooting.limit_memory``): on CUDA with
+The worker caps its own memory first (``mnist_helpers.memory.limit_memory``): on CUDA with
 ``torch.cuda.set_per_process_memory_fraction``, on CPU with ``RLIMIT_AS`` (address space; see that
-module for what this does and does not measure). Then:
+module and lessons/l08_troubleshooting for what this does and does not measure). Then:
 
 - the bug: one training step of the article's ``Net`` at ``--batch-size`` does not fit: CUDA raises
   ``torch.OutOfMemoryError``, the CPU allocator ``RuntimeError: ... can't allocate memory``;
@@ -10,7 +10,7 @@ module for what this does and does not measure). Then:
   micro-batch with gradient accumulation, so the *effective* batch stays ``--batch-size``
   (accumulation lowers memory for a given batch; it does not multiply it).
 
-    export MALLOC_MMAP_THRESHOLD_=1048576   # see mnist_helpers.lessons.l08_troubleshooting.MALLOC_ENV
+    export MALLOC_MMAP_THRESHOLD_=1048576   # see mnist_helpers.memory.MALLOC_ENV
     python -m torch.distributed.run --standalone --nproc-per-node 1 \\
         -m mnist_helpers.workers.bugs.oom --batch-size 4096 --budget-mib 600            # the bug
     python -m torch.distributed.run --standalone --nproc-per-node 1 \\
@@ -26,7 +26,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.io import MiB, write_json
-from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, limit_memory, train_step_probe
+from mnist_helpers.memory import find_batch_size, limit_memory, train_step_probe
 from mnist_helpers.train import select_device, train_step
 
 

@@ -13,8 +13,8 @@ starts the whole group again; the second attempt must form a new process group a
     python -m torch.distributed.run --nnodes 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29411 \\
         --nproc-per-node 2 --max-restarts 2 -m mnist_helpers.workers.bugs.restart_kill --out /tmp/r.json
 
-``python -m mnist_helpers.workers.bugs.restart_kill --trials 5`` (``scripts``-free) runs every configuration
-of ``mnist_helpers.lessons.l07_scaling.RESTART_CONFIGS`` N times and prints the success rates.
+The success rates over many such jobs (every configuration of ``l07_scaling.RESTART_CONFIGS``, N trials each):
+``python scripts/bench_restarts.py --trials 5``.
 """
 from __future__ import annotations
 
@@ -69,8 +69,4 @@ def worker(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    if "--trials" in sys.argv:
-        from mnist_helpers.lessons.l07_scaling import restart_cli
-
-        sys.exit(restart_cli(sys.argv[1:]))
     sys.exit(worker())
