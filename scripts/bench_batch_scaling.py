@@ -22,6 +22,7 @@ One seed takes about 8 minutes on a shared 2-core Xeon; run the seeds in separat
     flock /tmp/mnist-heavy.lock python scripts/bench_batch_scaling.py --seeds 0
     flock /tmp/mnist-heavy.lock python scripts/bench_batch_scaling.py --seeds 1 2 --append --parallel 2
     python scripts/bench_batch_scaling.py --rejudge        # no runs: the verdicts again from the rows in the file
+                                                           # (the file keeps the machine and date that measured them)
     python scripts/bench_batch_scaling.py --quick          # seconds: a smoke test, not a measurement
     python scripts/make_claims.py --keep bench_batch_scaling   # a full run -> results/reference/<machine>/
 
@@ -108,7 +109,7 @@ def main(argv=None) -> dict:
         args.tiny_step_batch = 1024
     out = check_writable(args.out or results_dir() / f"{NAME}.json", "--out")
     config = _config(args)
-    old_rows, old_contention = [], []
+    old_rows, old_contention, measured = [], [], {}
     if args.rejudge and not out.exists():
         raise ConfigError(f"--rejudge reads {out}, which does not exist", "run the sweep first")
     if args.rejudge:
@@ -122,6 +123,12 @@ def main(argv=None) -> dict:
         old_rows = [{k: float(v) if v in ("nan", "inf", "-inf") else v for k, v in r.items()}  # JSON kept nan as text
                     for r in old.get("runs", []) if r["seed"] not in args.seeds]
         old_contention = [c for c in old.get("contention_by_call", []) if not set(c["seeds"]) & set(args.seeds)]
+        if args.rejudge:  # the verdicts are new, the measurements are not: they stay the measuring machine's
+            measured = {"machine": old.get("machine"), "date": old.get("date")}
+        elif old.get("machine_label") not in (None, claims.machine_label()):
+            raise ConfigError(f"{out} holds runs measured on {old['machine_label']}, this is "
+                              f"{claims.machine_label()}: one file, one machine",
+                              "run without --append (a new file), or --out another path")
     try:
         plan = bs.fair_plan(args.doublings, num_epochs=args.epochs, adam_batches=args.adam_batches,
                             small_batch=args.small_batch, tiny_step_batch=args.tiny_step_batch)
@@ -150,7 +157,7 @@ def main(argv=None) -> dict:
     rows = old_rows + rows
     worst = max(contention, key=lambda c: c["others_cpu_share"] or 0.0)
     verdicts = bs.judge(rows, busy=claims.BUSY if any(c["busy"] for c in contention) else None)
-    res = claims.ResultFile(NAME, profile="quick" if args.quick else "full", folder=out.parent)
+    res = claims.ResultFile(NAME, profile="quick" if args.quick else "full", folder=out.parent, **measured)
     res.name = out.stem if out.stem.replace("_", "").isalnum() else NAME
     reg = bs.regime(rows, config["model"])
     for cid, v in verdicts.items():

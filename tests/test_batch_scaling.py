@@ -166,6 +166,18 @@ def test_bench_script_quick_writes_a_claims_file(tmp_path, mnist_root):
     bad = subprocess.run(cmd[:-2] + ["--small-batch", "16", "--append", "--out", str(out)], capture_output=True, text=True,
                          timeout=600, cwd=REPO)
     assert bad.returncode == 2 and "another configuration" in bad.stderr + bad.stdout
+    # a file measured on another machine: --rejudge keeps its machine and date, --append refuses to mix machines
+    other = {**data, "machine": {**data["machine"], "cpu_model": "Other CPU", "logical_cores": 64},
+             "machine_label": "other-64core-x", "date": "2026-01-02T03:04:05+00:00"}
+    out.write_text(json.dumps(other))
+    subprocess.run(cmd[:-2] + ["--rejudge", "--out", str(out)], check=True, capture_output=True, text=True,
+                   timeout=600, cwd=REPO)
+    rejudged = json.loads(out.read_text())
+    assert rejudged["machine"]["cpu_model"] == "Other CPU" and rejudged["date"] == other["date"]
+    assert rejudged["machine_label"] != claims.machine_label() and len(rejudged["runs"]) == 2 * n
+    mixed = subprocess.run(cmd[:-2] + ["--seeds", "2", "--append", "--out", str(out)], capture_output=True,
+                           text=True, timeout=600, cwd=REPO)
+    assert mixed.returncode == 2 and "one file, one machine" in mixed.stderr + mixed.stdout
 
 
 def test_batch_explorer_static_table_and_widget(capsys):

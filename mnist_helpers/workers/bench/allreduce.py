@@ -154,7 +154,7 @@ def bench_ddp(model_name: str, batch_size: int, variants, steps: int, repeats: i
 
 @entry  # expected errors: one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
-    ap = parser(__name__, __doc__)  # usage: python -m mnist_helpers.workers.bench.allreduce {allreduce,ddp} ...
+    ap = parser(__name__, __doc__)  # two modes, each a subcommand: allreduce or ddp
     sub = ap.add_subparsers(dest="mode", required=True)
     a = sub.add_parser("allreduce", help="latency and bus bandwidth of dist.all_reduce")
     a.add_argument("--sizes", default="4096,262144,4194304", help="message sizes in bytes, comma-separated")
