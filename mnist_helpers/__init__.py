@@ -26,7 +26,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores without a
                  GPU), MNIST in place, the series found on a hosted kernel (Colab, Kaggle) (00)
     saved        GENERATED (`make saved`): the code notebooks write and mark #@save (04's scaled_lr,
-                 warmup_factor, train_run, BASE_LR, BASE_BATCH), which their lessons and scripts run (04)
+                 warmup_factor, train_run, BASE_LR, BASE_BATCH; 10's hyp, hyp_995, shift), which their lessons
+                 and scripts run (04, 10)
     series       the registry: one row per notebook (id, slug, lesson, core or appendix, runtimes), the
                  README's and INSTRUCTOR's tables are written from it (`make tables`)
     errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every

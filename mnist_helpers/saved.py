@@ -8,7 +8,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from mnist_helpers.data import TensorBatches
+from mnist_helpers.data import MEAN, STD, TensorBatches
 from mnist_helpers.models import build_model
 from mnist_helpers.train import evaluate
 
@@ -76,3 +76,25 @@ def train_run(data, *, batch_size, lr, optimizer_name="sgd", model="mlp", num_ep
     return {"test_acc": test["acc"], "test_loss": test["loss"], "train_acc": train["acc"],
             "step_losses": step_losses, "steps": len(step_losses), "warmup_steps": warmup_steps,
             "seconds": seconds, "images_per_s": len(step_losses) * batch_size / seconds}
+
+
+# ---- notebooks/10_speedrun.ipynb ----
+
+hyp = dict(model="speednet_s2", width=12,       #@save: SpeedNet: 5x5 stride-2 conv-BN-ReLU, conv-pool-BN-ReLU x2 (models.py)
+           batch_size=64, lr=0.1, momentum=0.9, weight_decay=5e-4, label_smoothing=0.1,  # SGD-Nesterov
+           num_epochs=0.8, pct_start=0.25,      # OneCycle: warm up over 25% of the steps, then anneal to ~0
+           translate=0,                         # augmentation: shift each image by up to this many pixels
+           eval_every=0.1, fine_every=0.02, fine_margin=0.005)  # evaluations, in epochs; finer 0.5 pt from a target
+
+
+hyp_995 = {**hyp, "width": 24, "num_epochs": 6.0, "translate": 2}  #@save: the 99.5% recipe
+
+
+def shift(X, s, gen):  #@save
+    """Every image moved by its own random offset of up to s pixels (background fills in); no flips."""
+    n, _, h, w = X.shape
+    padded = F.pad(X, (s, s, s, s), value=-MEAN / STD)
+    dy, dx = torch.randint(0, 2 * s + 1, (2, n, 1), device=X.device, generator=gen)
+    rows = (dy + torch.arange(h, device=X.device))[:, None, :, None]
+    cols = (dx + torch.arange(w, device=X.device))[:, None, None, :]
+    return padded[torch.arange(n, device=X.device)[:, None, None, None], 0, rows, cols]  # (n, 1, h, w)

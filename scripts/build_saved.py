@@ -126,6 +126,12 @@ def build(notebooks=None) -> str:
         top = line.split()[1].split(".")[0]
         return 2 if top == "mnist_helpers" else 0 if top in sys.stdlib_module_names else 1
 
+    merged: dict[str, list[str]] = {}  # "from M import a", "from M import b" -> "from M import a, b"
+    for line in imports:
+        if line.startswith("from "):
+            module, name = line[5:].split(" import ", 1)
+            merged.setdefault(f"from {module} import ", []).append(name)
+    imports = {i for i in imports if not i.startswith("from ")} | {k + ", ".join(sorted(v)) for k, v in merged.items()}
     ordered = sorted(imports, key=lambda i: (group(i), i.startswith("from "), i))
     head = "\n\n".join("\n".join(i for i in ordered if group(i) == g) for g in (0, 1, 2)
                         if any(group(i) == g for i in ordered))

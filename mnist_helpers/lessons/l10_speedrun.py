@@ -25,7 +25,9 @@ and optimizer state are reset to their initial values afterwards, so the timed r
 
 To 99.5%: ``ladder_995(fast)`` adds ``LADDER_995``'s three changes to the fast recipe, one at a time (a wider
 SpeedNet, a longer OneCycle horizon, images shifted by up to 2 pixels with ``random_translate``), ending in
-``fast995`` (``HYP_995``; notebook 10 shows both recipes in one cell as airbench-style ``hyp`` dicts). Evaluations
+``fast995`` (``HYP_995``). Notebook 10 writes both recipes in one cell as airbench-style ``hyp`` dicts and the shift
+as ``shift``, marked ``#@save``: they are the source (``mnist_helpers.saved``, `make saved`) of the CPU ladder's
+SpeedNet settings, of ``HYP_995`` and ``LADDER_995``, and of ``random_translate``. Evaluations
 get finer near a target (``fine_every_steps`` within ``fine_margin``), so the time reported lies near the crossing.
 ``judge_target`` turns per-seed times into a verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995,
 timing the recipes ``CLAIM_RECIPES`` names), ``target_evidence`` its numbers into the evidence sentence;
@@ -63,6 +65,9 @@ from mnist_helpers.data import TensorBatches, load_mnist
 from mnist_helpers.display import show, table
 from mnist_helpers.models import MODELS, build_model, flops_per_image
 from mnist_helpers.resources import isolate_compile_cache
+from mnist_helpers.saved import hyp as HYP  # notebook 10's hyp cell (#@save): the source of the recipes below
+from mnist_helpers.saved import hyp_995 as _HYP_995_WHOLE
+from mnist_helpers.saved import shift as random_translate  # notebook 10's shift: images moved by up to s pixels
 from mnist_helpers.train import (AMP_DTYPES, TrainConfig, evaluate, make_train_batches, seed_everything,
                                  select_device, synchronize, train_step)
 
@@ -172,17 +177,19 @@ def chain(device: str | torch.device = "cpu") -> list[Recipe]:
         batch_size=big, drop_last=True, lr=3e-3, scheduler="onecycle", num_epochs=2.0,
         eval_every_steps=max(1, 6000 // big))
     add(name="smallnet", change="a smaller net (SpeedNet: FastNet's blocks, narrower; ~10x fewer FLOPs than Net), "
-        "SGD-Nesterov with label smoothing", levels=("task",), model="speednet_v1", width=16 if gpu else 12,
-        optimizer="sgd", lr=0.2 if gpu else 0.1, weight_decay=5e-4, label_smoothing=0.1,
+        "SGD-Nesterov with label smoothing", levels=("task",), model="speednet_v1",
+        width=16 if gpu else HYP["width"], optimizer="sgd", lr=0.2 if gpu else HYP["lr"],
+        weight_decay=HYP["weight_decay"], label_smoothing=HYP["label_smoothing"],
         num_epochs=4.0 if gpu else 1.25)  # GPU settings not yet tuned on a GPU: device_check.sh measures them
     add(name="poolfirst", change="each block pools before its BatchNorm and ReLU (airbench's order: they touch a "
         "quarter of the activations; same parameters and FLOPs)", levels=("task",), model="speednet")
     add(name="stride2", change="a strided first layer: its 5x5 convolution steps by 2 (14x14 out) instead of "
         "convolving all 28x28 positions, then pooling (same parameters, 14% fewer FLOPs, no full-resolution pooling)",
-        levels=("task",), model="speednet_s2")
-    if not gpu:
-        add(name="batch64", change="batch 64 (twice the updates per epoch) and a 0.8-epoch OneCycle horizon",
-            levels=("task",), batch_size=64, num_epochs=0.8, eval_every_steps=6000 // 64)
+        levels=("task",), model=HYP["model"])
+    if not gpu:  # the step that makes notebook 10's hyp
+        add(name=f"batch{HYP['batch_size']}", change=f"batch {HYP['batch_size']} (twice the updates per epoch) and a "
+            f"{HYP['num_epochs']:g}-epoch OneCycle horizon", levels=("task",), batch_size=HYP["batch_size"],
+            num_epochs=HYP["num_epochs"], eval_every_steps=6000 // HYP["batch_size"])
     add(name="bf16", change="channels_last memory format + bfloat16 autocast", levels=("framework", "task"),
         channels_last=True, amp="bf16")
     add(name="compile", change="torch.compile (kernel fusion; compile time reported apart)",
@@ -246,13 +253,19 @@ def fast_base(device: str | torch.device = "cpu") -> Recipe:
 # Measured on the 2-core EPYC (2026-12-04, 5 seeds each, best test accuracy over the last 30% of the run): width 16
 # and 5 epochs ended at 99.45-99.54% (a seed short of 99.5% on both kernel profiles), width 24 and 6 epochs at
 # 99.55-99.64% natively and 99.54-99.65% with the kernels limited to AVX2, for 2.2x the training time.
-HYP_995 = {"width": 24, "num_epochs": 6.0, "translate": 2}
+# HYP_995 and the three steps are read from notebook 10's hyp_995 (what it changes on top of hyp).
+HYP_995 = {k: v for k, v in _HYP_995_WHOLE.items() if HYP.get(k) != v}
 LADDER_995 = (
-    ("wider", "a wider SpeedNet (width 24: 3.9x the FLOPs per image of width 12)", ("task",), {"width": 24}),
-    ("longer", "a longer OneCycle horizon (6 epochs)", ("task",), {"num_epochs": 6.0}),
-    ("translate", "augmentation: every image shifted by up to 2 pixels (no flips: digits are not symmetric)",
-     ("task",), {"translate": 2}),
+    ("wider", f"a wider SpeedNet (width {HYP_995['width']} instead of {HYP['width']})", ("task",),
+     {"width": HYP_995["width"]}),
+    ("longer", f"a longer OneCycle horizon ({HYP_995['num_epochs']:g} epochs)", ("task",),
+     {"num_epochs": HYP_995["num_epochs"]}),
+    ("translate", f"augmentation: every image shifted by up to {HYP_995['translate']} pixels (no flips: digits are "
+     "not symmetric)", ("task",), {"translate": HYP_995["translate"]}),
 )
+if set(HYP_995) != {"width", "num_epochs", "translate"}:
+    raise ImportError(f"notebook 10's hyp_995 changes {sorted(HYP_995)} on top of hyp; LADDER_995 measures width, "
+                      "num_epochs and translate: give the new change a step here")
 
 
 def ladder_995(fast: Recipe) -> list[Recipe]:
@@ -899,21 +912,6 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             "eval_every_steps": every, "fine_every_steps": fine, "fine_margin": fine_margin,
             "test_count": len(y_test), "stop_when": stop_when,
             "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
-
-
-def random_translate(X: torch.Tensor, shift: int, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Each image of the batch moved by its own random offset of up to ``shift`` pixels in x and y, the uncovered
-    border filled with the background (a zero pixel, normalised), on X's device. Digits are not symmetric: no flips.
-    """
-    from mnist_helpers.data import MEAN, STD
-
-    n, c, h, w = X.shape
-    padded = F.pad(X, (shift, shift, shift, shift), value=-MEAN / STD)
-    dy, dx = torch.randint(0, 2 * shift + 1, (2, n, 1), device=X.device, generator=generator)
-    rows = (dy + torch.arange(h, device=X.device))[:, None, :, None]   # (n, 1, h, 1)
-    cols = (dx + torch.arange(w, device=X.device))[:, None, None, :]   # (n, 1, 1, w)
-    return padded[torch.arange(n, device=X.device)[:, None, None, None], torch.arange(c, device=X.device)[:, None, None],
-                  rows, cols]
 
 
 def _release(it) -> None:
