@@ -837,43 +837,64 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
     ``growth``: :func:`measured_growth`. ``memory_rows``: :func:`ddp_memory` at B and B/2. ``shards``:
     :func:`shard_overlap`'s rows (loaders "shuffle=True", "DistributedSampler", "own shard, shuffle=True").
     ``mpi``: :func:`mpi_probe`; ``cuda_index``: :func:`cuda_index_probe`. ``mixed_gpu_busbw``: ``{"same",
-    "mixed"}`` all-reduce bus bandwidth of a same-model and a mixed-model GPU pair, where one was measured."""
-    gpus = len(gpu_names)
-    on_gpus = plan["device"] == "cuda"
-    where = (f"{plan['backend']} on {'GPUs' if on_gpus else 'the CPU'}, " + ", ".join(map(str, plan["world_sizes"]))
-             + " processes")
-    no_gpus = f"needs 2 GPUs, this machine has {gpus}"
-    one, two = f"1 x {batch}", f"2 x {batch // 2}"
-    out = []
+    "mixed"}`` all-reduce bus bandwidth of a same-model and a mixed-model GPU pair, where one was measured.
 
-    # 5.4: 2 GPUs against 1, the article's loader, the same global batch
-    art_regime = (f"{model}, the article's DataLoader (torchvision MNIST, ToTensor+Normalize, {article['workers']} "
-                  f"workers per process, DistributedSampler), {article['subset']:,} images, epoch "
-                  f"{article['epochs']} of {article['epochs']} timed, {article['rounds']} interleaved round(s); "
-                  f"{two} against {one} (global batch {batch}, the article's 5.4); {where}")
-    get = {r["label"]: r["images_per_s_runs"] for r in article_rows}
-    ratios = [a / b for a, b in zip(get[two], get[one])]
+    Each claim is judged by its own function below (``_c07_<claim>``), from the shared facts in ``ctx``."""
+    gpus = len(gpu_names)
+    ctx = {"gpus": gpus, "gpu_names": gpu_names, "on_gpus": plan["device"] == "cuda", "model": model, "batch": batch,
+           "where": (f"{plan['backend']} on {'GPUs' if plan['device'] == 'cuda' else 'the CPU'}, "
+                     + ", ".join(map(str, plan["world_sizes"])) + " processes"),
+           "no_gpus": f"needs 2 GPUs, this machine has {gpus}", "one": f"1 x {batch}", "two": f"2 x {batch // 2}",
+           "cores": cores, "article": article, "article_contention": article_contention,
+           "runs": {r["label"]: r["images_per_s_runs"] for r in article_rows}}
+    ctx["art_regime"] = (f"{model}, the article's DataLoader (torchvision MNIST, ToTensor+Normalize, "
+                         f"{article['workers']} workers per process, DistributedSampler), {article['subset']:,} images, "
+                         f"epoch {article['epochs']} of {article['epochs']} timed, {article['rounds']} interleaved "
+                         f"round(s); {ctx['two']} against {ctx['one']} (global batch {batch}, the article's 5.4); "
+                         f"{ctx['where']}")
+    out = [_c07_two_gpu_speedup(ctx),
+           _c07_comm_negligible(ctx, strong, weak, sweep_contention, timing),
+           _c07_ring_linear(ctx, plan, allreduce_rows, allreduce_sizes, allreduce_contention, ring, growth)]
+    if f"{ctx['one']}, 8 workers" in ctx["runs"]:  # the full profile measures it
+        out.append(_c07_workers_4_to_8(ctx))
+    out += [_c07_per_gpu_memory(ctx, memory_rows), _c07_tree_allreduce(ctx), _c07_distributed_sampler(shards),
+            _c07_mpi_backend(mpi), _c07_cuda_device_index(ctx, cuda_index), _c07_nccl_mixed_gpus(ctx, mixed_gpu_busbw)]
+    return out
+
+
+def _c07_context_only(ctx: dict, text: str, needs: str | None = None) -> tuple[str, str]:
+    """A GPU claim on a machine without the GPUs: not judged, the CPU numbers as context."""
+    return "not testable here", f"{needs or ctx['no_gpus']}; CPU processes (gloo), for context only: {text}"
+
+
+def _c07_two_gpu_speedup(ctx: dict) -> dict:
+    """5.4: 2 GPUs against 1, the article's loader, the same global batch."""
+    one, two, batch = ctx["one"], ctx["two"], ctx["batch"]
+    ratios = [a / b for a, b in zip(ctx["runs"][two], ctx["runs"][one])]
     s = _spread(ratios)
     text = (f"{two} vs {one} (same global batch): median {s['median']:.2f}x, range {s['min']:.2f}x to "
             f"{s['max']:.2f}x over {s['n']} round(s)")
-    if not on_gpus:
-        verdict, evidence = "not testable here", f"{no_gpus}; CPU processes (gloo), for context only: {text}"
+    if not ctx["on_gpus"]:
+        verdict, evidence = _c07_context_only(ctx, text)
     else:
-        verdict = BUSY if _busy(article_contention) else speedup_verdict(ratios)
+        verdict = BUSY if _busy(ctx["article_contention"]) else speedup_verdict(ratios)
         evidence = text + ("" if s["n"] >= MIN_ROUNDS else f" (fewer than {MIN_ROUNDS} rounds: too few to judge)")
-    out.append({"id": "07.two_gpu_speedup", "verdict": verdict, "evidence": evidence,
-                "numbers": {"speedup_median": s["median"], "speedup_min": s["min"], "speedup_max": s["max"],
-                            "rounds": s["n"], "ratios": ratios, "batch_one_process": batch,
-                            "batch_per_process_two": batch // 2, "gpus": gpus, "low": ARTICLE_SPEEDUP[0],
-                            "high": ARTICLE_SPEEDUP[1]},
-                "regime": art_regime, "contention": _contention(article_contention)})
+    return {"id": "07.two_gpu_speedup", "verdict": verdict, "evidence": evidence,
+            "numbers": {"speedup_median": s["median"], "speedup_min": s["min"], "speedup_max": s["max"],
+                        "rounds": s["n"], "ratios": ratios, "batch_one_process": batch,
+                        "batch_per_process_two": batch // 2, "gpus": ctx["gpus"], "low": ARTICLE_SPEEDUP[0],
+                        "high": ARTICLE_SPEEDUP[1]},
+            "regime": ctx["art_regime"], "contention": _contention(ctx["article_contention"])}
 
-    # 4 and 5.4: communication, in both of the article's settings
+
+def _c07_comm_negligible(ctx: dict, strong: list[dict], weak: list[dict], sweep_contention, timing: dict) -> dict:
+    """4 and 5.4: communication, in both of the article's settings."""
+    batch = ctx["batch"]
     w2 = next(r for r in weak if r["world_size"] == 2)
     s2 = next(r for r in strong if r["world_size"] == 2)
     settings = {f"2 x {batch} (global {2 * batch}, the article's 4)": comm_fractions(w2),
                 f"2 x {batch // 2} (global {batch}, the article's 5.4)": comm_fractions(s2)}
-    parts, numbers = [], {"threshold": NEGLIGIBLE_SHARE, "gpus": gpus, "batch": batch,
+    parts, numbers = [], {"threshold": NEGLIGIBLE_SHARE, "gpus": ctx["gpus"], "batch": batch,
                           "batch_per_process_54": batch // 2, "global_batch_4": 2 * batch}
     for (label, fr), key in zip(settings.items(), ("sec4", "sec54")):
         c = _spread(fr)
@@ -882,58 +903,65 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
         numbers.update({f"{key}_median": c["median"], f"{key}_q1": c["q1"], f"{key}_q3": c["q3"],
                         f"{key}_blocks": c["n"]})
     text = "communication share of a DDP step, " + "; ".join(parts)
-    if not on_gpus:
-        verdict, evidence = "not testable here", f"{no_gpus}; CPU processes (gloo), for context only: {text}"
+    if not ctx["on_gpus"]:
+        verdict, evidence = _c07_context_only(ctx, text)
     else:
         verdict = (BUSY if _busy(sweep_contention) else
                    _comm_combined([comm_verdict(fr) for fr in settings.values()]))
         evidence = f"{text}; negligible: under {NEGLIGIBLE_SHARE:.0%} in both"
-    out.append({"id": "07.comm_negligible", "verdict": verdict, "evidence": evidence, "numbers": numbers,
-                "regime": (f"{model} under DDP, synthetic batches, 2 processes at {batch} each (the article's 4) and "
-                           f"at {batch // 2} each (5.4), step vs no_sync() step in {timing['repeats']} interleaved "
-                           f"blocks x {timing['rounds']} round(s); {where}"),
-                "contention": _contention(sweep_contention)})
+    return {"id": "07.comm_negligible", "verdict": verdict, "evidence": evidence, "numbers": numbers,
+            "regime": (f"{ctx['model']} under DDP, synthetic batches, 2 processes at {batch} each (the article's 4) "
+                       f"and at {batch // 2} each (5.4), step vs no_sync() step in {timing['repeats']} interleaved "
+                       f"blocks x {timing['rounds']} round(s); {ctx['where']}"),
+            "contention": _contention(sweep_contention)}
 
-    # 4: the ring's volume (arithmetic, plus the measured all-reduce as context)
+
+def _c07_ring_linear(ctx: dict, plan: dict, allreduce_rows: list[dict], allreduce_sizes: list[int],
+                     allreduce_contention, ring: dict, growth: dict) -> dict:
+    """4: the ring's volume (arithmetic, plus the measured all-reduce as context)."""
     rv = ring_volume_verdict(growth=ring)
     backend = allreduce_rows[0]["backend"]
-    ar_where = (f"with one GPU each" if allreduce_rows[0].get("device") == "cuda"
-                else f"CPU processes on {cores or '?'} cores (N > cores oversubscribed)")
-    out.append({"id": "07.ring_linear", "verdict": rv["verdict"],
-                "evidence": (f"ring model N={ring['n_min']}->{ring['n_max']}: per-rank bytes "
-                             f"x{ring['per_rank_bytes_growth']:.2f}, total bytes and steps "
-                             f"x{ring['total_bytes_growth']:.0f}; {backend} measured N={growth['n_min']}->"
-                             f"{growth['n_max']}: small message x{growth['small_time_growth']:.2f}, large "
-                             f"x{growth['big_time_growth']:.2f}"),
-                "numbers": {**{f"model_{k}": v for k, v in ring.items()},
-                            **{f"measured_{k}": v for k, v in growth.items()}},
-                "regime": (f"ring model (arithmetic) plus {backend} all_reduce of {min(allreduce_sizes):,}-"
-                           f"{max(allreduce_sizes):,} bytes at N={', '.join(map(str, plan['allreduce_worlds']))} "
-                           f"processes, {ar_where}"),
-                "contention": _contention(allreduce_contention)})
+    ar_where = ("with one GPU each" if allreduce_rows[0].get("device") == "cuda"
+                else f"CPU processes on {ctx['cores'] or '?'} cores (N > cores oversubscribed)")
+    return {"id": "07.ring_linear", "verdict": rv["verdict"],
+            "evidence": (f"ring model N={ring['n_min']}->{ring['n_max']}: per-rank bytes "
+                         f"x{ring['per_rank_bytes_growth']:.2f}, total bytes and steps "
+                         f"x{ring['total_bytes_growth']:.0f}; {backend} measured N={growth['n_min']}->"
+                         f"{growth['n_max']}: small message x{growth['small_time_growth']:.2f}, large "
+                         f"x{growth['big_time_growth']:.2f}"),
+            "numbers": {**{f"model_{k}": v for k, v in ring.items()},
+                        **{f"measured_{k}": v for k, v in growth.items()}},
+            "regime": (f"ring model (arithmetic) plus {backend} all_reduce of {min(allreduce_sizes):,}-"
+                       f"{max(allreduce_sizes):,} bytes at N={', '.join(map(str, plan['allreduce_worlds']))} "
+                       f"processes, {ar_where}"),
+            "contention": _contention(allreduce_contention)}
 
-    # 5.4: num_workers 4 -> 8 (the full profile measures it)
-    w8_label = f"{one}, 8 workers"
-    if w8_label in get:
-        w8 = [a / b for a, b in zip(get[w8_label], get[one])]
-        s = _spread(w8)
-        text = (f"{one}, num_workers 8 vs 4: median {s['median']:.2f}x, range {s['min']:.2f}x to {s['max']:.2f}x "
-                f"over {s['n']} round(s)")
-        if not on_gpus:
-            verdict, evidence = "not testable here", f"{no_gpus}; CPU processes, for context only: {text}"
-        else:
-            bar = 1 + NEGLIGIBLE_SHARE
-            verdict = (BUSY if _busy(article_contention) else "inconclusive" if s["n"] < MIN_ROUNDS else
-                       "holds" if s["min"] > bar else "does not hold here" if s["max"] < bar else "inconclusive")
-            evidence = text
-        out.append({"id": "07.workers_4_to_8", "verdict": verdict, "evidence": evidence,
-                    "numbers": {"ratio_median": s["median"], "ratio_min": s["min"], "ratio_max": s["max"],
-                                "batch": batch, "rounds": s["n"], "ratios": w8, "cores": cores, "gpus": gpus},
-                    "regime": art_regime.replace(f"{article['workers']} workers per process", "4 vs 8 workers")
-                    .replace(f"; {two} against {one} (global batch {batch}, the article's 5.4)", f"; {one}"),
-                    "contention": _contention(article_contention)})
 
-    # 5.4: memory per GPU, the article's comparison (one at B against each of two at B/2)
+def _c07_workers_4_to_8(ctx: dict) -> dict:
+    """5.4: num_workers 4 -> 8 (the full profile measures it)."""
+    one, two, batch, article = ctx["one"], ctx["two"], ctx["batch"], ctx["article"]
+    w8 = [a / b for a, b in zip(ctx["runs"][f"{one}, 8 workers"], ctx["runs"][one])]
+    s = _spread(w8)
+    text = (f"{one}, num_workers 8 vs 4: median {s['median']:.2f}x, range {s['min']:.2f}x to {s['max']:.2f}x "
+            f"over {s['n']} round(s)")
+    if not ctx["on_gpus"]:
+        verdict, evidence = "not testable here", f"{ctx['no_gpus']}; CPU processes, for context only: {text}"
+    else:
+        bar = 1 + NEGLIGIBLE_SHARE
+        verdict = (BUSY if _busy(ctx["article_contention"]) else "inconclusive" if s["n"] < MIN_ROUNDS else
+                   "holds" if s["min"] > bar else "does not hold here" if s["max"] < bar else "inconclusive")
+        evidence = text
+    return {"id": "07.workers_4_to_8", "verdict": verdict, "evidence": evidence,
+            "numbers": {"ratio_median": s["median"], "ratio_min": s["min"], "ratio_max": s["max"],
+                        "batch": batch, "rounds": s["n"], "ratios": w8, "cores": ctx["cores"], "gpus": ctx["gpus"]},
+            "regime": ctx["art_regime"].replace(f"{article['workers']} workers per process", "4 vs 8 workers")
+            .replace(f"; {two} against {one} (global batch {batch}, the article's 5.4)", f"; {one}"),
+            "contention": _contention(ctx["article_contention"])}
+
+
+def _c07_per_gpu_memory(ctx: dict, memory_rows: list[dict]) -> dict:
+    """5.4: memory per GPU, the article's comparison (one at B against each of two at B/2)."""
+    batch = ctx["batch"]
     m = memory_verdict(memory_rows, batch, ddp_batch_size=batch // 2)
     same = memory_compare(memory_rows, batch // 2)
     text = (f"one process at {batch}: peak {m['one_peak_mib']:.1f} MiB; each DDP process at {batch // 2}: "
@@ -943,24 +971,29 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
         verdict, evidence = "not testable here", f"needs a GPU, this machine has none; CPU tensor memory for context: {text}"
     else:
         verdict, evidence = m["verdict"], f"{text}; about the same: within {m['tolerance']:.0%}"
-    out.append({"id": "07.per_gpu_memory", "verdict": verdict, "evidence": evidence,
-                "numbers": {**{k: v for k, v in m.items() if k not in ("verdict", "device")},
-                            "same_batch_ratio": same["ratio"],
-                            "same_batch_extra_mib": same["ddp_extra_persistent_mib"], "gpus": gpus},
-                "regime": (f"{model}, Adam, one training step after 2 warm-up steps, one process at {batch} against "
-                           f"a DDP process at {batch // 2} (the article's 5.4), DDP in a one-process group (the "
-                           f"same reducer and buckets as at N); "
-                           + ("GPU 0, the CUDA allocator's peak" if m["device"] == "cuda"
-                              else "CPU, the profiler's allocation replay"))})
+    return {"id": "07.per_gpu_memory", "verdict": verdict, "evidence": evidence,
+            "numbers": {**{k: v for k, v in m.items() if k not in ("verdict", "device")},
+                        "same_batch_ratio": same["ratio"],
+                        "same_batch_extra_mib": same["ddp_extra_persistent_mib"], "gpus": ctx["gpus"]},
+            "regime": (f"{ctx['model']}, Adam, one training step after 2 warm-up steps, one process at {batch} "
+                       f"against a DDP process at {batch // 2} (the article's 5.4), DDP in a one-process group (the "
+                       f"same reducer and buckets as at N); "
+                       + ("GPU 0, the CUDA allocator's peak" if m["device"] == "cuda"
+                          else "CPU, the profiler's allocation replay"))}
 
-    # 4.4: tree all-reduce
-    out.append({"id": "07.tree_allreduce", "verdict": "not testable here",
-                "evidence": ("gloo has no ring/tree choice to compare; NCCL's NCCL_ALGO=Tree vs Ring needs several "
-                             f"GPUs (this machine: {gpus})"),
-                "numbers": {"gpus": gpus},
-                "regime": f"{cores or '?'} CPU cores, gloo" + (f", {gpus} GPU(s)" if gpus else ", no GPU")})
 
-    # 7.2: "large datasets must use DistributedSampler instead of shuffle=True"
+def _c07_tree_allreduce(ctx: dict) -> dict:
+    """4.4: tree all-reduce."""
+    gpus = ctx["gpus"]
+    return {"id": "07.tree_allreduce", "verdict": "not testable here",
+            "evidence": ("gloo has no ring/tree choice to compare; NCCL's NCCL_ALGO=Tree vs Ring needs several "
+                         f"GPUs (this machine: {gpus})"),
+            "numbers": {"gpus": gpus},
+            "regime": f"{ctx['cores'] or '?'} CPU cores, gloo" + (f", {gpus} GPU(s)" if gpus else ", no GPU")}
+
+
+def _c07_distributed_sampler(shards: list[dict]) -> dict:
+    """7.2: "large datasets must use DistributedSampler instead of shuffle=True"."""
     rows = {r["loader"]: r for r in shards}
     sh, ds, own = rows["shuffle=True"], rows["DistributedSampler"], rows["own shard, shuffle=True"]
     n = sh["images"]
@@ -971,18 +1004,20 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
         verdict = "does not hold here"         # the sampler did not give distinct shards
     else:                                      # distinct shards are what matters; DistributedSampler is one way
         verdict = "holds with nuance" if disjoint["own shard, shuffle=True"] else "holds"
-    out.append({"id": "07.distributed_sampler_big_data", "verdict": verdict,
-                "evidence": (f"{sh['world_size']} processes, {n:,} images: shuffle=True alone: {sh['seen_by_several']:,} "
-                             f"images seen by more than one rank; DistributedSampler: {ds['seen_by_several']:,}, "
-                             f"{ds['covered']:,} covered; each rank's own shard (a strided Subset) with "
-                             f"shuffle=True: {own['seen_by_several']:,}, {own['covered']:,} covered"),
-                "numbers": {"images": n, "world_size": sh["world_size"],
-                            **{f"{k}_{f}": r[f] for k, r in (("shuffle", sh), ("sampler", ds), ("own_shard", own))
-                               for f in ("seen_by_several", "covered")}},
-                "regime": (f"a dataset of {n:,} indices, DataLoader per rank, {sh['world_size']} gloo processes, the "
-                           "indices each rank loaded in one epoch gathered to rank 0")})
+    return {"id": "07.distributed_sampler_big_data", "verdict": verdict,
+            "evidence": (f"{sh['world_size']} processes, {n:,} images: shuffle=True alone: {sh['seen_by_several']:,} "
+                         f"images seen by more than one rank; DistributedSampler: {ds['seen_by_several']:,}, "
+                         f"{ds['covered']:,} covered; each rank's own shard (a strided Subset) with "
+                         f"shuffle=True: {own['seen_by_several']:,}, {own['covered']:,} covered"),
+            "numbers": {"images": n, "world_size": sh["world_size"],
+                        **{f"{k}_{f}": r[f] for k, r in (("shuffle", sh), ("sampler", ds), ("own_shard", own))
+                           for f in ("seen_by_several", "covered")}},
+            "regime": (f"a dataset of {n:,} indices, DataLoader per rank, {sh['world_size']} gloo processes, the "
+                       "indices each rank loaded in one epoch gathered to rank 0")}
 
-    # 4: the MPI backend
+
+def _c07_mpi_backend(mpi: dict) -> dict:
+    """4: the MPI backend."""
     if not mpi["available"]:
         verdict, evidence = ("not testable here", "torch.distributed.is_mpi_available() is False: this torch build "
                              "has no MPI backend (pip wheels are built without it; it needs torch built from source "
@@ -991,24 +1026,28 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
         verdict = "demonstrated" if mpi["ran"] else "does not hold here"
         evidence = ("MPI is built in; a one-process MPI group all-reduced a tensor" if mpi["ran"] else
                     f"MPI is built in, but a one-process MPI group failed: {mpi['error']}")
-    out.append({"id": "07.mpi_backend", "verdict": verdict, "evidence": evidence,
-                "numbers": {"mpi_available": int(mpi["available"]), "ran": int(bool(mpi["ran"]))},
-                "regime": "torch.distributed.is_mpi_available(), asked live; where True, init_process_group('mpi') "
-                          "in a fresh Python"})
+    return {"id": "07.mpi_backend", "verdict": verdict, "evidence": evidence,
+            "numbers": {"mpi_available": int(mpi["available"]), "ran": int(bool(mpi["ran"]))},
+            "regime": "torch.distributed.is_mpi_available(), asked live; where True, init_process_group('mpi') "
+                      "in a fresh Python"}
 
-    # 3: cuda:0 / cuda:1
+
+def _c07_cuda_device_index(ctx: dict, cuda_index: dict) -> dict:
+    """3: cuda:0 / cuda:1."""
     if cuda_index["ran"] is None:
-        verdict, evidence = "not testable here", f"{no_gpus}"
+        verdict, evidence = "not testable here", f"{ctx['no_gpus']}"
     else:
         verdict = "demonstrated" if cuda_index["ran"] else "does not hold here"
         evidence = (f"tensors on cuda:0 and cuda:1 landed on GPUs {cuda_index['indices']} (the last: 'cuda' after "
                     "torch.cuda.set_device(1))" if cuda_index["indices"] else f"failed: {cuda_index['error']}")
-    out.append({"id": "07.cuda_device_index", "verdict": verdict, "evidence": evidence,
-                "numbers": {"gpus": gpus, "indices": cuda_index.get("indices") or []},
-                "regime": "a fresh Python puts a tensor on cuda:0 and one on cuda:1, then torch.cuda.set_device(1)"})
+    return {"id": "07.cuda_device_index", "verdict": verdict, "evidence": evidence,
+            "numbers": {"gpus": ctx["gpus"], "indices": cuda_index.get("indices") or []},
+            "regime": "a fresh Python puts a tensor on cuda:0 and one on cuda:1, then torch.cuda.set_device(1)"}
 
-    # 4: NCCL and mixed GPU models
-    models = sorted(set(gpu_names))
+
+def _c07_nccl_mixed_gpus(ctx: dict, mixed_gpu_busbw: dict | None) -> dict:
+    """4: NCCL and mixed GPU models."""
+    gpus, models = ctx["gpus"], sorted(set(ctx["gpu_names"]))
     if mixed_gpu_busbw:
         ratio = mixed_gpu_busbw["mixed"] / mixed_gpu_busbw["same"]
         verdict = "holds" if ratio < 0.9 else "does not hold here"
@@ -1020,7 +1059,6 @@ def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, artic
         evidence = (f"needs GPUs of two models beside a same-model pair; this machine has {gpus} GPU(s) of "
                     f"{len(models)} model(s)")
         numbers = {"gpus": gpus, "models": len(models)}
-    out.append({"id": "07.nccl_mixed_gpus", "verdict": verdict, "evidence": evidence, "numbers": numbers,
-                "regime": "NCCL all-reduce between a same-model GPU pair and a mixed-model pair" +
-                          (f" ({', '.join(models)})" if models else "")})
-    return out
+    return {"id": "07.nccl_mixed_gpus", "verdict": verdict, "evidence": evidence, "numbers": numbers,
+            "regime": "NCCL all-reduce between a same-model GPU pair and a mixed-model pair" +
+                      (f" ({', '.join(models)})" if models else "")}
