@@ -579,16 +579,25 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
     machine without a GPU, *demonstrated* when torch warns that it ignores the flag (the timings are context);
     with a GPU the CPU sentence is not testable here. ``03.drop_last``: holds when the last batch's gradient is
     ``DROP_MATTERS`` x noisier outside the spread; noisier by less: holds with nuance; spreads overlapping:
-    inconclusive. The others as the notebook explains them."""
-    from mnist_helpers.claims import BUSY
-
+    inconclusive. The others as the notebook explains them. Each claim is judged by its own ``_c03_<claim>``."""
     busy = busy or {}
     loader_rows = [r for r in loader_rows if r.get("num_workers") is not None]
     dl_train = [r for r in train_rows if r.get("num_workers") is not None]
     regime = (f"article's Net and DataLoader (torchvision MNIST, ToTensor + Normalize), batch 128, torch threads "
               f"{threads}, {cores} cores, {repeats} interleaved repeat(s), {profile} profile")
-    out = []
-    # num_workers = 1/4-1/2 of the cores
+    return [_c03_workers_fraction(loader_rows, dl_train, cores, busy, regime),
+            _c03_too_many_workers(loader_rows, dl_train, cores, busy, regime),
+            _c03_pin_memory_cpu(pin_rows, pin_warned, cuda, busy, regime),
+            _c03_disk_io(loader_rows, disk, busy, regime),
+            _c03_worker_copies(memory_rows, memory_images, regime),
+            _c03_in_memory(feed_rows, train_rows, dl_train, per_sample_us, per_batched_us, repeats, busy, regime),
+            _c03_drop_last(drop, drop_note, regime)]
+
+
+def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:
+    """num_workers = 1/4-1/2 of the cores."""
+    from mnist_helpers.claims import BUSY
+
     wl, wt = workers_verdict(loader_rows, cores), workers_verdict(dl_train, cores)
     verdict = BUSY if _busy(busy.get("loader"), busy.get("train")) else wt["verdict"]
     n = {"loader_best_workers": wl["best_workers"], "loader_best_img_s": wl["best_images_per_s"],
@@ -598,14 +607,19 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
          "rule_workers": wt.get("rule_workers"), "cores": cores, "holds_at": RULE_HOLDS, "fails_below": RULE_FAILS,
          "loader_repeats": {str(r["num_workers"]): _repeats(r) for r in loader_rows},
          "train_repeats": {str(r["num_workers"]): _repeats(r) for r in dl_train}}
-    out.append(dict(id="03.workers_fraction", verdict=verdict, numbers=n, regime=regime,
-                    contention=_cdict(busy.get("train")),
-                    evidence=(f"training Net: best {n['train_best_img_s']:,.0f} img/s at {n['train_best_workers']} "
-                              f"workers, the rule's {n['rule_workers']} reaches {n['train_rule_ratio']:.0%} (holds at "
-                              f">= {RULE_HOLDS:.0%}, not below {RULE_FAILS:.0%}); loader only: best "
-                              f"{n['loader_best_img_s']:,.0f} img/s at {n['loader_best_workers']} workers, the rule's "
-                              f"{n['loader_rule_ratio']:.0%}")))
-    # too many workers slow things down
+    return dict(id="03.workers_fraction", verdict=verdict, numbers=n, regime=regime,
+                contention=_cdict(busy.get("train")),
+                evidence=(f"training Net: best {n['train_best_img_s']:,.0f} img/s at {n['train_best_workers']} "
+                          f"workers, the rule's {n['rule_workers']} reaches {n['train_rule_ratio']:.0%} (holds at "
+                          f">= {RULE_HOLDS:.0%}, not below {RULE_FAILS:.0%}); loader only: best "
+                          f"{n['loader_best_img_s']:,.0f} img/s at {n['loader_best_workers']} workers, the rule's "
+                          f"{n['loader_rule_ratio']:.0%}"))
+
+
+def _c03_too_many_workers(loader_rows, dl_train, cores, busy, regime) -> dict:
+    """Too many workers slow things down."""
+    from mnist_helpers.claims import BUSY
+
     ml, mt = too_many_verdict(loader_rows, cores), too_many_verdict(dl_train, cores)
     verdict = BUSY if _busy(busy.get("loader"), busy.get("train")) else _combine(ml["verdict"], mt["verdict"])
     n = {"loader_many_workers": ml.get("many_workers"), "loader_many_ratio": ml["ratio"],
@@ -614,25 +628,33 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
          "train_many_workers": mt.get("many_workers"), "train_many_ratio": mt["ratio"],
          "train_many_min": mt.get("many_min"), "train_many_max": mt.get("many_max"),
          "train_best_min": mt.get("best_min"), "train_best_max": mt.get("best_max"), "cores": cores}
-    out.append(dict(id="03.too_many_workers", verdict=verdict, numbers=n, regime=regime,
-                    contention=_cdict(busy.get("loader")),
-                    evidence=(f"{n['loader_many_workers']} workers on {cores} cores: loader only "
-                              f"{n['loader_many_ratio']:.0%} of the best ({(n['loader_many_min'] or 0):,.0f}-"
-                              f"{(n['loader_many_max'] or 0):,.0f} vs {(n['loader_best_min'] or 0):,.0f}-"
-                              f"{(n['loader_best_max'] or 0):,.0f} img/s), training {n['train_many_ratio']:.0%} of the "
-                              "best")))
-    # pin_memory is meaningless on CPU
+    return dict(id="03.too_many_workers", verdict=verdict, numbers=n, regime=regime,
+                contention=_cdict(busy.get("loader")),
+                evidence=(f"{n['loader_many_workers']} workers on {cores} cores: loader only "
+                          f"{n['loader_many_ratio']:.0%} of the best ({(n['loader_many_min'] or 0):,.0f}-"
+                          f"{(n['loader_many_max'] or 0):,.0f} vs {(n['loader_best_min'] or 0):,.0f}-"
+                          f"{(n['loader_best_max'] or 0):,.0f} img/s), training {n['train_many_ratio']:.0%} of the "
+                          "best"))
+
+
+def _c03_pin_memory_cpu(pin_rows, pin_warned, cuda, busy, regime) -> dict:
+    """pin_memory is meaningless on CPU."""
     ratios = {r["num_workers"]: r["pin on img/s"] / r["pin off img/s"] for r in pin_rows}
     verdict = "not testable here" if cuda else "demonstrated" if pin_warned else "inconclusive"
     n = {"torch_warns": bool(pin_warned), "gpu": bool(cuda), **{f"on_off_ratio_{w}_workers": v for w, v in ratios.items()}}
-    out.append(dict(id="03.pin_memory_cpu", verdict=verdict, numbers=n, regime=regime,
-                    contention=_cdict(busy.get("pin")),
-                    evidence=(("a GPU is present, so torch pins: the CPU-only sentence cannot be tested here"
-                               if cuda else "torch warns and ignores the flag" if pin_warned else
-                               "no GPU, yet torch did not warn")
-                              + "; on/off img/s (context, not judged) " + ", ".join(
-                                  f"{v:.2f} at {w} workers" for w, v in ratios.items()))))
-    # the loader bottleneck is often disk I/O
+    return dict(id="03.pin_memory_cpu", verdict=verdict, numbers=n, regime=regime,
+                contention=_cdict(busy.get("pin")),
+                evidence=(("a GPU is present, so torch pins: the CPU-only sentence cannot be tested here"
+                           if cuda else "torch warns and ignores the flag" if pin_warned else
+                           "no GPU, yet torch did not warn")
+                          + "; on/off img/s (context, not judged) " + ", ".join(
+                              f"{v:.2f} at {w} workers" for w, v in ratios.items())))
+
+
+def _c03_disk_io(loader_rows, disk, busy, regime) -> dict:
+    """The loader bottleneck is often disk I/O."""
+    from mnist_helpers.claims import BUSY
+
     best_loader = max(r["images_per_s"] for r in loader_rows)
     need = best_loader * 784 / 2**20
     margin = disk["cold_mib_per_s"] / need
@@ -640,10 +662,13 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
         "does not hold here" if margin > 10 else "holds" if margin < 1 else "inconclusive")
     n = {"cold_mib_per_s": disk["cold_mib_per_s"], "warm_mib_per_s": disk["warm_mib_per_s"], "need_mib_per_s": need,
          "margin": margin, "best_loader_img_s": best_loader}
-    out.append(dict(id="03.disk_io", verdict=verdict, numbers=n, regime=regime, contention=_cdict(busy.get("disk")),
-                    evidence=(f"cold read {n['cold_mib_per_s']:,.0f} MiB/s against {need:.1f} MiB/s consumed by the "
-                              f"fastest loader ({margin:,.0f}x headroom; under 1x: the disk, over 10x: not the disk)")))
-    # each worker copies the whole dataset
+    return dict(id="03.disk_io", verdict=verdict, numbers=n, regime=regime, contention=_cdict(busy.get("disk")),
+                evidence=(f"cold read {n['cold_mib_per_s']:,.0f} MiB/s against {need:.1f} MiB/s consumed by the "
+                          f"fastest loader ({margin:,.0f}x headroom; under 1x: the disk, over 10x: not the disk)"))
+
+
+def _c03_worker_copies(memory_rows, memory_images, regime) -> dict:
+    """Each worker copies the whole dataset."""
     def copied(name, method):
         return next((r["copied_fraction"] for r in memory_rows if r["dataset"] == name
                      and r["start_method"] == method), None)
@@ -657,13 +682,18 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
         verdict = "holds"
     n = {"fork_torchvision": fork_tv, "fork_tensor": fork_t, "fork_pylist": fork_py, "spawn_torchvision": spawn_tv,
          "images": memory_images, "rss_mib": statistics.median(r["worker_rss_mib"] for r in memory_rows)}
-    out.append(dict(id="03.worker_copies", verdict=verdict, numbers=n, regime=regime + f"; {memory_images:,} images, "
-                    "2 workers",
-                    evidence=("extra USS per worker as a share of the dataset: " + (
-                        f"fork: torchvision {fork_tv:.0%}, tensor {fork_t:.0%}, list of Python objects {fork_py:.0%}; "
-                        if fork_tv is not None else "") + f"spawn: torchvision {spawn_tv:.0%}; RSS ~{n['rss_mib']:,.0f} "
-                        "MiB per worker in every case (what makes the claim look true)")))
-    # keep small datasets in memory
+    return dict(id="03.worker_copies", verdict=verdict, numbers=n, regime=regime + f"; {memory_images:,} images, "
+                "2 workers",
+                evidence=("extra USS per worker as a share of the dataset: " + (
+                    f"fork: torchvision {fork_tv:.0%}, tensor {fork_t:.0%}, list of Python objects {fork_py:.0%}; "
+                    if fork_tv is not None else "") + f"spawn: torchvision {spawn_tv:.0%}; RSS ~{n['rss_mib']:,.0f} "
+                    "MiB per worker in every case (what makes the claim look true)"))
+
+
+def _c03_in_memory(feed_rows, train_rows, dl_train, per_sample_us, per_batched_us, repeats, busy, regime) -> dict:
+    """Keep small datasets in memory."""
+    from mnist_helpers.claims import BUSY
+
     best_feed = max((r for r in feed_rows if not r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
     best_dl_feed = max((r for r in feed_rows if r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
     feed_ratio = best_feed["images_per_s"] / best_dl_feed["images_per_s"]
@@ -684,12 +714,15 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
          "per_image_batched_us": statistics.median(per_batched_us),
          "train_in_memory_img_s": mem_train["images_per_s"], "train_dataloader_img_s": best_dl["images_per_s"],
          "train_in_memory_repeats": _repeats(mem_train), "train_dataloader_repeats": _repeats(best_dl)}
-    out.append(dict(id="03.in_memory", verdict=verdict, numbers=n, regime=regime, contention=_cdict(busy.get("feed")),
-                    evidence=(f"feeding: in-memory batches {feed_ratio:,.0f}x the best DataLoader; per image "
-                              f"{n['per_sample_us']:.1f} µs of PIL/ToTensor vs {n['per_image_batched_us']:.2f} µs "
-                              f"batched (both from RAM, no disk reads); training Net: {train_ratio:.2f}x "
-                              f"({n['train_in_memory_img_s']:,.0f} vs {n['train_dataloader_img_s']:,.0f} img/s)")))
-    # drop_last avoids a small last batch
+    return dict(id="03.in_memory", verdict=verdict, numbers=n, regime=regime, contention=_cdict(busy.get("feed")),
+                evidence=(f"feeding: in-memory batches {feed_ratio:,.0f}x the best DataLoader; per image "
+                          f"{n['per_sample_us']:.1f} µs of PIL/ToTensor vs {n['per_image_batched_us']:.2f} µs "
+                          f"batched (both from RAM, no disk reads); training Net: {train_ratio:.2f}x "
+                          f"({n['train_in_memory_img_s']:,.0f} vs {n['train_dataloader_img_s']:,.0f} img/s)"))
+
+
+def _c03_drop_last(drop, drop_note, regime) -> dict:
+    """drop_last avoids a small last batch."""
     ratio, last = drop["noise_ratio"], drop["last_batch"]
     apart = bool(last) and separated(drop["grad_errors_last_batch"], drop["grad_errors_full_batch"]) and ratio > 1
     if not last:
@@ -703,14 +736,13 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
     n = {"noise_ratio": ratio, "expected_ratio": drop["expected_ratio"], "last_batch": last, "images": drop["images"],
          "steps_per_epoch": drop["steps_keep"], "matters_at": DROP_MATTERS,
          "errors_full_batch": drop["grad_errors_full_batch"], "errors_last_batch": drop["grad_errors_last_batch"]}
-    out.append(dict(id="03.drop_last", verdict=verdict, numbers=n,
-                    regime=regime + f"; gradients at one fixed Net, {drop['images']:,} images" + (
-                        f" ({drop_note})" if drop_note else ""),
-                    evidence=(f"{n['images']:,} images at batch {drop['batch_size']} leave a {last}-image last batch, "
-                              f"1 step of {n['steps_per_epoch']} per epoch, whose gradient is {ratio:.2f}x noisier "
-                              f"(theory {n['expected_ratio']:.2f}x; {'outside' if apart else 'inside'} the spread; "
-                              f"worth dropping from {DROP_MATTERS:.0f}x)")))
-    return out
+    return dict(id="03.drop_last", verdict=verdict, numbers=n,
+                regime=regime + f"; gradients at one fixed Net, {drop['images']:,} images" + (
+                    f" ({drop_note})" if drop_note else ""),
+                evidence=(f"{n['images']:,} images at batch {drop['batch_size']} leave a {last}-image last batch, "
+                          f"1 step of {n['steps_per_epoch']} per epoch, whose gradient is {ratio:.2f}x noisier "
+                          f"(theory {n['expected_ratio']:.2f}x; {'outside' if apart else 'inside'} the spread; "
+                          f"worth dropping from {DROP_MATTERS:.0f}x)"))
 
 
 # --------------------------------------------------------------------------- the widget
