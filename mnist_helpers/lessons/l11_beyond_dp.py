@@ -187,13 +187,22 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
     rank 0's ``torch.save`` file. ``tp``: ``{ranks: tensor-parallel result}``. ``compile_result``: the compile
     worker's result, None when it was not run. ``pipe``: ``pipelining_outcome``'s dict. Contentions: a
     ``claims.Contention`` or its dict; a busy one turns a timing's verdict into "no verdict: the machine is busy".
-    Returns one dict per claim (``claims.record``'s entries)."""
+    Returns one dict per claim (``claims.record``'s entries), section by section (``_c11_<section>``)."""
     width, blocks, batch = config["width"], config["blocks"], config["batch_size"]
     worlds, steps = list(config["worlds"]), config["steps"]
     regime = f"ResMLP width {width}, {blocks} blocks, batch {batch} per rank, AdamW, gloo on the CPU, world sizes {worlds}"
-    out = []
+    return [*_c11_estimates(mem_rows, regime),
+            *_c11_checkpointing(config, blocks, ckpt_rows, ckpt_contention),
+            *_c11_sharding(worlds, steps, mem_rows, regime),
+            *_c11_checkpoints(dcp_saved, dcp_loaded, torch_save, regime),
+            *_c11_tensor_parallel(tp),
+            *_c11_compile(compile_result, compile_contention),
+            *_c11_pipelining(pipe, pipeline_timeout_s)]
 
-    # 1. the estimate against the measurement
+
+def _c11_estimates(mem_rows, regime) -> list[dict]:
+    """The estimate against the measurement."""
+    out = []
     state_err = max(abs(r["persistent_state_mib"] / r["estimated_state_mib"] - 1) for r in mem_rows)
     peak_ratios = [r["peak_vs_estimate"] for r in mem_rows]
     out.append(_own("estimate_state", "the estimator predicts parameters + gradients + optimizer state per rank "
@@ -204,8 +213,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                     verdict(all(0.75 <= x <= 1.25 for x in peak_ratios)),
                     f"measured peak / estimate from {min(peak_ratios):.2f} to {max(peak_ratios):.2f}", regime,
                     peak_ratios=peak_ratios))
+    return out
 
-    # 2. activation checkpointing: memory (deterministic) and time (a timing: the load rule applies)
+
+def _c11_checkpointing(config, blocks, ckpt_rows, ckpt_contention) -> list[dict]:
+    """Activation checkpointing: memory (deterministic) and time (a timing: the load rule applies)."""
+    out = []
     ck_regime = (f"ResMLP(width={config['ckpt_width']}, blocks={blocks}), SGD, one process, "
                  f"batches {list(config['ckpt_batches'])}")
     big = max(r["batch_size"] for r in ckpt_rows)
@@ -223,8 +236,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                     f"batch {big}: {ck['step_ms']:.0f} vs {plain['step_ms']:.0f} ms (x{time_ratio:.2f}), median of "
                     "3 interleaved steps", ck_regime, ckpt_contention, batch=big, checkpointed_ms=ck["step_ms"],
                     plain_ms=plain["step_ms"], ratio=time_ratio))
+    return out
 
-    # 3. ZeRO-1 and FSDP2 against DDP, at the largest world size
+
+def _c11_sharding(worlds, steps, mem_rows, regime) -> list[dict]:
+    """ZeRO-1 and FSDP2 against DDP, at the largest world size."""
+    out = []
     top = max(worlds)
 
     def row(strategy):
@@ -255,8 +272,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                     verdict(worst_diff < 1e-4),
                     f"largest parameter difference after {steps} AdamW steps: {worst_diff:.1e} (world sizes "
                     f"{worlds})", regime, max_param_diff=worst_diff, steps=steps, world_sizes=worlds))
+    return out
 
-    # 4. distributed checkpoints
+
+def _c11_checkpoints(dcp_saved, dcp_loaded, torch_save, regime) -> list[dict]:
+    """Distributed checkpoints."""
+    out = []
     dcp_ok = all(r["digests"] == dcp_saved["digests"] for r in dcp_loaded.values())
     out.append(_own("dcp_reshard", "DCP: saved from 2 ranks, loads into other world sizes bit for bit",
                     verdict(dcp_ok),
@@ -271,8 +292,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                     f"{'failed' if torch_save.get('full_error') else 'worked'}",
                     regime, local_shape=list(local), full_shape=list(full),
                     full_tensor_error=torch_save.get("full_error") or ""))
+    return out
 
-    # 5. tensor parallel
+
+def _c11_tensor_parallel(tp) -> list[dict]:
+    """Tensor parallel."""
+    out = []
     tp_ok = all(r["output_max_diff"] < 1e-5 and r["grad_max_diff"] < 1e-6 for r in tp.values())
     out.append(_own("tensor_parallel", "ColwiseParallel + RowwiseParallel reproduce the unsharded Linear pair",
                     verdict(tp_ok),
@@ -281,8 +306,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                     f"DTensor ColwiseParallel + RowwiseParallel, Linear pair of width 64, gloo, {list(tp)} ranks",
                     **{f"output_diff_{n}": r["output_max_diff"] for n, r in tp.items()},
                     **{f"grad_diff_{n}": r["grad_max_diff"] for n, r in tp.items()}))
+    return out
 
-    # 6. torch.compile with DDP (the full profile runs it)
+
+def _c11_compile(compile_result, compile_contention) -> list[dict]:
+    """Torch.compile with DDP (the full profile runs it)."""
+    out = []
     comp_regime = "DDP, 2 processes, ResMLP(256, 2), batch 64 per process, 10 steps, gloo on the CPU"
     same = "torch.compile(DDP(model)) trains the same weights as eager DDP"
     speed = "torch.compile speeds up a DDP step here"
@@ -302,8 +331,12 @@ def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt
                         f"compiled / eager median step x{ratio:.2f}; first compiled step "
                         f"{c['first_step_s']['compiled']:.1f} s", comp_regime, compile_contention,
                         ratio=ratio, first_compiled_step_s=c["first_step_s"]["compiled"]))
+    return out
 
-    # 7. pipelining on gloo
+
+def _c11_pipelining(pipe, pipeline_timeout_s) -> list[dict]:
+    """Pipelining on gloo."""
+    out = []
     secs = pipe.get("step_seconds") or []
     out.append(_own("pipelining_gloo", "torch.distributed.pipelining hangs on gloo (CPU)", verdict(pipe["hung"]),
                     f"{pipe['outcome']} within {pipeline_timeout_s:g} s"
