@@ -184,155 +184,179 @@ def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = Non
     timings (only the speed part of 04.batch4096 depends on time)."""
     if not rows:
         raise ValueError("no runs: call sweep() first")
-    out: dict[str, dict] = {}
-    # 1. double the batch, double the LR (SGD, with warm-up)
+    judged = {f"04.{name}": fn(rows, base_batch, busy) for name, fn in (
+        ("double_batch_double_lr", _judge_double_batch_double_lr), ("adam_complicated", _judge_adam_complicated),
+        ("batch8_unstable", _judge_batch8_unstable), ("batch4096", _judge_batch4096))}
+    return {cid: v for cid, v in judged.items() if v is not None}
+
+
+def _judge_double_batch_double_lr(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.double_batch_double_lr: double the batch, double the LR (SGD, with warm-up); None when the sweep has no runs
+    for it."""
     base = _pick(rows, "doubling", "sgd", "fixed", base_batch)
     bigs = sorted({r["batch_size"] for r in rows if r["group"] == "doubling" and r["batch_size"] > base_batch})
-    if base and bigs:
-        lin = {b: _pick(rows, "doubling", "sgd", "linear+warmup", b) for b in bigs}
-        fix = {b: _pick(rows, "doubling", "sgd", "fixed", b) for b in bigs}
-        kept = {b: not below(lin[b], base) for b in bigs}  # the rule's promise: the base batch's accuracy
-        beats = {b: below(fix[b], lin[b]) for b in bigs}
-        upto = 0
-        for b in bigs:
-            if not kept[b]:
-                break
-            upto = b
-        if len(base) < 2:
-            verdict = "inconclusive"  # one seed: no spread to judge a difference against
-        elif upto == bigs[-1]:
-            verdict = "holds"
-        elif upto:
-            verdict = "holds with nuance"
-        else:
-            verdict = "does not hold here"
-        numbers = {"base_batch": base_batch, "batches": bigs, "base_acc": _m(base), "base_acc_sd": _sd(base),
-                   "linear_acc": [_m(lin[b]) for b in bigs], "linear_acc_sd": [_sd(lin[b]) for b in bigs],
-                   "fixed_acc": [_m(fix[b]) for b in bigs], "fixed_acc_sd": [_sd(fix[b]) for b in bigs],
-                   "holds_up_to_batch": upto, "linear_beats_fixed_at": [b for b in bigs if beats[b]],
-                   "seeds": len(base)}
-        ev = (f"batch {'/'.join(map(str, bigs))}, LR x batch/{base_batch} + warm-up: "
-              + "/".join(f"{100 * _m(lin[b]):.1f}" for b in bigs)
-              + f"% vs batch {base_batch}: {_pct(base)}%; fixed LR: " + "/".join(f"{100 * _m(fix[b]):.1f}" for b in bigs)
-              + (f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)"
-                 if len(base) > 1 else "% (one seed)"))
-        numbers["max_sd"] = max(_sd(x) for x in list(lin.values()) + list(fix.values()))
-        tiny = [r for r in rows if r["group"] == "tiny-step"]
-        if tiny:
-            tb, te = tiny[0]["batch_size"], tiny[0]["num_epochs"]
-            tiny_acc = [r["test_acc"] for r in tiny]
-            ref = _pick([r for r in rows if r["num_epochs"] == te], "batch8", "sgd", "fixed", base_batch)
-            numbers.update({"tiny_step_batch": tb, "tiny_step_steps": tiny[0]["steps"], "tiny_step_acc": _m(tiny_acc),
-                            "tiny_step_ref_acc": _m(ref)})
-            ev += (f"; where the rule breaks: batch {tb} for {te} epoch(s) ({tiny[0]['steps']} steps) "
-                   f"{100 * _m(tiny_acc):.1f}%" + (f" vs {100 * _m(ref):.1f}% at batch {base_batch}" if ref else ""))
-        out["04.double_batch_double_lr"] = {"verdict": verdict, "evidence": ev, "numbers": numbers}
-    # 2. Adam is more complicated: is the linear rule Adam's rule too?
+    if not (base and bigs):
+        return None
+    lin = {b: _pick(rows, "doubling", "sgd", "linear+warmup", b) for b in bigs}
+    fix = {b: _pick(rows, "doubling", "sgd", "fixed", b) for b in bigs}
+    kept = {b: not below(lin[b], base) for b in bigs}  # the rule's promise: the base batch's accuracy
+    beats = {b: below(fix[b], lin[b]) for b in bigs}
+    upto = 0
+    for b in bigs:
+        if not kept[b]:
+            break
+        upto = b
+    if len(base) < 2:
+        verdict = "inconclusive"  # one seed: no spread to judge a difference against
+    elif upto == bigs[-1]:
+        verdict = "holds"
+    elif upto:
+        verdict = "holds with nuance"
+    else:
+        verdict = "does not hold here"
+    numbers = {"base_batch": base_batch, "batches": bigs, "base_acc": _m(base), "base_acc_sd": _sd(base),
+               "linear_acc": [_m(lin[b]) for b in bigs], "linear_acc_sd": [_sd(lin[b]) for b in bigs],
+               "fixed_acc": [_m(fix[b]) for b in bigs], "fixed_acc_sd": [_sd(fix[b]) for b in bigs],
+               "holds_up_to_batch": upto, "linear_beats_fixed_at": [b for b in bigs if beats[b]],
+               "seeds": len(base)}
+    ev = (f"batch {'/'.join(map(str, bigs))}, LR x batch/{base_batch} + warm-up: "
+          + "/".join(f"{100 * _m(lin[b]):.1f}" for b in bigs)
+          + f"% vs batch {base_batch}: {_pct(base)}%; fixed LR: " + "/".join(f"{100 * _m(fix[b]):.1f}" for b in bigs)
+          + (f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)"
+             if len(base) > 1 else "% (one seed)"))
+    numbers["max_sd"] = max(_sd(x) for x in list(lin.values()) + list(fix.values()))
+    tiny = [r for r in rows if r["group"] == "tiny-step"]
+    if tiny:
+        tb, te = tiny[0]["batch_size"], tiny[0]["num_epochs"]
+        tiny_acc = [r["test_acc"] for r in tiny]
+        ref = _pick([r for r in rows if r["num_epochs"] == te], "batch8", "sgd", "fixed", base_batch)
+        numbers.update({"tiny_step_batch": tb, "tiny_step_steps": tiny[0]["steps"], "tiny_step_acc": _m(tiny_acc),
+                        "tiny_step_ref_acc": _m(ref)})
+        ev += (f"; where the rule breaks: batch {tb} for {te} epoch(s) ({tiny[0]['steps']} steps) "
+               f"{100 * _m(tiny_acc):.1f}%" + (f" vs {100 * _m(ref):.1f}% at batch {base_batch}" if ref else ""))
+    return {"verdict": verdict, "evidence": ev, "numbers": numbers}
+
+
+def _judge_adam_complicated(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.adam_complicated: Adam is more complicated: is the linear rule Adam's rule too?; None when the sweep has no
+    runs for it."""
     abigs = sorted({r["batch_size"] for r in rows if r["group"] == "adam" and r["batch_size"] > base_batch})
-    if abigs:
-        b = abigs[-1]
-        a = {rule: _pick(rows, "adam", "adam", rule, b) for rule in RULES["adam"]}
-        a_base = _pick(rows, "adam", "adam", "fixed", base_batch)
-        other = max(("fixed", "sqrt"), key=lambda k: _m(a[k]))
-        if below(a["linear"], a[other]):
-            verdict = "holds"
-        elif below(a[other], a["linear"]):
-            verdict = "does not hold here"
-        else:
-            verdict = "inconclusive"
-        numbers = {"batch": b, "base_batch": base_batch, "base_acc": _m(a_base),
-                   **{f"{k}_acc": _m(v) for k, v in a.items()}, **{f"{k}_acc_sd": _sd(v) for k, v in a.items()},
-                   "lr": {k: scaled_lr(k, BASE_LR["adam"], base_batch, b) for k in a},
-                   "linear_diverged": sum(r["diverged"] for r in rows if r["group"] == "adam" and r["rule"] == "linear"
-                                          and r["batch_size"] == b)}
-        ev = (f"Adam at batch {b}: fixed {_pct(a['fixed'])}%, linear {_pct(a['linear'])}%, sqrt {_pct(a['sqrt'])}% "
-              f"(batch {base_batch}: {_pct(a_base)}%)")
-        numbers.update({"fixed_acc_sd": _sd(a["fixed"]), "base_acc_sd": _sd(a_base)})
-        out["04.adam_complicated"] = {"verdict": verdict, "evidence": ev, "numbers": numbers}
-    # 3. batch 8 is unstable: judged on what can come out either way (runs that diverge, final accuracy that
-    # scatters across seeds), not on the step-loss noise, which is higher at batch 8 by construction (8 images a step)
+    if not abigs:
+        return None
+    b = abigs[-1]
+    a = {rule: _pick(rows, "adam", "adam", rule, b) for rule in RULES["adam"]}
+    a_base = _pick(rows, "adam", "adam", "fixed", base_batch)
+    other = max(("fixed", "sqrt"), key=lambda k: _m(a[k]))
+    if below(a["linear"], a[other]):
+        verdict = "holds"
+    elif below(a[other], a["linear"]):
+        verdict = "does not hold here"
+    else:
+        verdict = "inconclusive"
+    numbers = {"batch": b, "base_batch": base_batch, "base_acc": _m(a_base),
+               **{f"{k}_acc": _m(v) for k, v in a.items()}, **{f"{k}_acc_sd": _sd(v) for k, v in a.items()},
+               "lr": {k: scaled_lr(k, BASE_LR["adam"], base_batch, b) for k in a},
+               "linear_diverged": sum(r["diverged"] for r in rows if r["group"] == "adam" and r["rule"] == "linear"
+                                      and r["batch_size"] == b)}
+    ev = (f"Adam at batch {b}: fixed {_pct(a['fixed'])}%, linear {_pct(a['linear'])}%, sqrt {_pct(a['sqrt'])}% "
+          f"(batch {base_batch}: {_pct(a_base)}%)")
+    numbers.update({"fixed_acc_sd": _sd(a["fixed"]), "base_acc_sd": _sd(a_base)})
+    return {"verdict": verdict, "evidence": ev, "numbers": numbers}
+
+
+def _judge_batch8_unstable(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.batch8_unstable: batch 8 is unstable: judged on what can come out either way (runs that diverge, final
+    accuracy that scatters across seeds), not on the step-loss noise, which is higher at batch 8 by construction
+    (8 images a step); None when the sweep has no runs for it."""
     smalls = sorted({r["batch_size"] for r in rows if r["group"] == "batch8" and r["batch_size"] < base_batch})
-    if smalls:
-        s = smalls[0]
-        parts, unstable, seeds, numbers = [], {}, 0, {"batch": s, "base_batch": base_batch,
-                                                     "unstable_sd": UNSTABLE_SD}
-        for opt in ("sgd", "adam"):
-            a8, a0 = _pick(rows, "batch8", opt, "fixed", s), _pick(rows, "batch8", opt, "fixed", base_batch)
-            if not (a8 and a0):
-                continue
-            seeds = min(len(a8), len(a0))
-            n8 = _pick(rows, "batch8", opt, "fixed", s, "loss_noise")
-            n0 = _pick(rows, "batch8", opt, "fixed", base_batch, "loss_noise")
-            d8 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", s, "diverged"))
-            d0 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", base_batch, "diverged"))
-            lr = next((r.get("lr", BASE_LR[opt]) for r in rows if r["group"] == "batch8" and r["optimizer"] == opt
-                       and r["batch_size"] == s), BASE_LR[opt])
-            scatters = seeds >= 2 and _sd(a8) > max(UNSTABLE_SD, 3 * _sd(a0))
-            unstable[opt] = d8 > d0 or scatters
-            ends = ("better" if below(a0, a8) else "worse" if below(a8, a0) else
-                    "the same within the noise" if seeds >= 2 else "(one seed: not compared)")
-            numbers.update({f"{opt}_lr": lr, f"{opt}_acc": _m(a8), f"{opt}_acc_sd": _sd(a8), f"{opt}_base_acc": _m(a0),
-                            f"{opt}_base_acc_sd": _sd(a0), f"{opt}_diverged": d8, f"{opt}_base_diverged": d0,
-                            f"{opt}_noise": _m(n8), f"{opt}_base_noise": _m(n0), f"{opt}_unstable": unstable[opt]})
-            lr_note = (f"LR {lr:g} unscaled, the linear rule would give {lr * s / base_batch:.2g}" if opt == "sgd"
-                       else f"LR {lr:g}, the article's")
-            numbers[f"{opt}_linear_lr"] = lr * s / base_batch
-            parts.append(f"{'SGD' if opt == 'sgd' else 'Adam'} ({lr_note}): acc {_pct(a8)}% vs {_pct(a0)}%, "
-                         f"{d8} diverged, batch {s} ends {ends}")
-        numbers["seeds"] = seeds
-        if not unstable:
-            verdict = "inconclusive"
-        elif unstable.get("adam"):
-            verdict = "holds"              # unstable with the article's optimizer
-        elif any(unstable.values()):
-            verdict = "holds with nuance"  # only SGD at a learning rate the linear rule would cut 16-fold
-        elif seeds < 2:
-            verdict = "inconclusive"       # nothing diverged, and one seed shows no scatter
-        else:
-            verdict = "does not hold here"
-        epochs = next(r["num_epochs"] for r in rows if r["group"] == "batch8")
-        out["04.batch8_unstable"] = {
-            "verdict": verdict, "numbers": numbers,
-            "evidence": (f"batch {s} vs {base_batch}, {epochs} epoch(s) each, unstable = a run diverges or the seeds' "
-                         f"accuracy scatters (sd > {100 * UNSTABLE_SD:.0f} pt): " + "; ".join(parts))}
-    # 4. batch 4096 (the largest doubling) is fast but generalises worse: generalisation judged on the train-test
-    # gap (a lower test accuracy after fewer steps is under-training, not worse generalisation)
-    if bigs and base:
-        top = bigs[-1]
-        cands = {rule: _pick(rows, "doubling", "sgd", rule, top) for rule in ("fixed", "linear+warmup")}
-        best = max(cands, key=lambda k: _m(cands[k]))
-        t_acc = cands[best]
-        ips_t = _pick(rows, "doubling", "sgd", best, top, "images_per_s")
-        ips_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "images_per_s")
-        gap_t = _pick(rows, "doubling", "sgd", best, top, "gap")
-        gap_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "gap")
-        steps_t = _pick(rows, "doubling", "sgd", best, top, "steps")[0]
-        steps_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "steps")[0]
-        speed = _m(ips_t) / _m(ips_0)
-        fast = separated(ips_t, ips_0) and speed > 1.1
-        wider = separated(gap_t, gap_0) and _m(gap_t) > _m(gap_0) + SAME_ACC
-        narrower = separated(gap_t, gap_0) and _m(gap_t) < _m(gap_0) - SAME_ACC
-        if narrower:
-            verdict = "does not hold here"     # the gap shrank: not worse generalisation, whatever the speed
-        elif busy:
-            verdict = busy
-        elif wider:
-            verdict = "holds" if fast else "holds with nuance"   # generalises worse; fast only if measured so
-        else:
-            verdict = "inconclusive"           # the gaps overlap (or one seed)
-        numbers = {"batch": top, "base_batch": base_batch, "rule": best, "speedup": speed, "steps": steps_t,
-                   "base_steps": steps_0, "images_per_s": _m(ips_t), "base_images_per_s": _m(ips_0),
-                   "acc": _m(t_acc), "acc_sd": _sd(t_acc), "base_acc": _m(base), "base_acc_sd": _sd(base),
-                   "gap": _m(gap_t), "base_gap": _m(gap_0), "fast": fast, "wider_gap": wider,
-                   "narrower_gap": narrower}
-        word = ("wider" if wider else "narrower" if narrower else
-                "inside the noise" if len(gap_0) > 1 else "one seed: not compared")
-        out["04.batch4096"] = {
-            "verdict": verdict, "numbers": numbers,
-            "evidence": (f"batch {top} ({best}) vs {base_batch}, same epochs ({steps_t} vs {steps_0} steps; no "
-                         f"equal-steps run): {speed:.2f}x the images/s; train-test gap {100 * _m(gap_t):+.2f} vs "
-                         f"{100 * _m(gap_0):+.2f} pt ({word}); test {_pct(t_acc)}% vs {_pct(base)}% (fewer steps)")}
-    return out
+    if not smalls:
+        return None
+    s = smalls[0]
+    parts, unstable, seeds, numbers = [], {}, 0, {"batch": s, "base_batch": base_batch,
+                                                 "unstable_sd": UNSTABLE_SD}
+    for opt in ("sgd", "adam"):
+        a8, a0 = _pick(rows, "batch8", opt, "fixed", s), _pick(rows, "batch8", opt, "fixed", base_batch)
+        if not (a8 and a0):
+            continue
+        seeds = min(len(a8), len(a0))
+        n8 = _pick(rows, "batch8", opt, "fixed", s, "loss_noise")
+        n0 = _pick(rows, "batch8", opt, "fixed", base_batch, "loss_noise")
+        d8 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", s, "diverged"))
+        d0 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", base_batch, "diverged"))
+        lr = next((r.get("lr", BASE_LR[opt]) for r in rows if r["group"] == "batch8" and r["optimizer"] == opt
+                   and r["batch_size"] == s), BASE_LR[opt])
+        scatters = seeds >= 2 and _sd(a8) > max(UNSTABLE_SD, 3 * _sd(a0))
+        unstable[opt] = d8 > d0 or scatters
+        ends = ("better" if below(a0, a8) else "worse" if below(a8, a0) else
+                "the same within the noise" if seeds >= 2 else "(one seed: not compared)")
+        numbers.update({f"{opt}_lr": lr, f"{opt}_acc": _m(a8), f"{opt}_acc_sd": _sd(a8), f"{opt}_base_acc": _m(a0),
+                        f"{opt}_base_acc_sd": _sd(a0), f"{opt}_diverged": d8, f"{opt}_base_diverged": d0,
+                        f"{opt}_noise": _m(n8), f"{opt}_base_noise": _m(n0), f"{opt}_unstable": unstable[opt]})
+        lr_note = (f"LR {lr:g} unscaled, the linear rule would give {lr * s / base_batch:.2g}" if opt == "sgd"
+                   else f"LR {lr:g}, the article's")
+        numbers[f"{opt}_linear_lr"] = lr * s / base_batch
+        parts.append(f"{'SGD' if opt == 'sgd' else 'Adam'} ({lr_note}): acc {_pct(a8)}% vs {_pct(a0)}%, "
+                     f"{d8} diverged, batch {s} ends {ends}")
+    numbers["seeds"] = seeds
+    if not unstable:
+        verdict = "inconclusive"
+    elif unstable.get("adam"):
+        verdict = "holds"              # unstable with the article's optimizer
+    elif any(unstable.values()):
+        verdict = "holds with nuance"  # only SGD at a learning rate the linear rule would cut 16-fold
+    elif seeds < 2:
+        verdict = "inconclusive"       # nothing diverged, and one seed shows no scatter
+    else:
+        verdict = "does not hold here"
+    epochs = next(r["num_epochs"] for r in rows if r["group"] == "batch8")
+    return {
+        "verdict": verdict, "numbers": numbers,
+        "evidence": (f"batch {s} vs {base_batch}, {epochs} epoch(s) each, unstable = a run diverges or the seeds' "
+                     f"accuracy scatters (sd > {100 * UNSTABLE_SD:.0f} pt): " + "; ".join(parts))}
+
+
+def _judge_batch4096(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.batch4096: batch 4096 (the largest doubling) is fast but generalises worse: generalisation judged on the
+    train-test gap (a lower test accuracy after fewer steps is under-training, not worse generalisation); None
+    when the sweep has no runs for it."""
+    base = _pick(rows, "doubling", "sgd", "fixed", base_batch)
+    bigs = sorted({r["batch_size"] for r in rows if r["group"] == "doubling" and r["batch_size"] > base_batch})
+    if not (bigs and base):
+        return None
+    top = bigs[-1]
+    cands = {rule: _pick(rows, "doubling", "sgd", rule, top) for rule in ("fixed", "linear+warmup")}
+    best = max(cands, key=lambda k: _m(cands[k]))
+    t_acc = cands[best]
+    ips_t = _pick(rows, "doubling", "sgd", best, top, "images_per_s")
+    ips_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "images_per_s")
+    gap_t = _pick(rows, "doubling", "sgd", best, top, "gap")
+    gap_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "gap")
+    steps_t = _pick(rows, "doubling", "sgd", best, top, "steps")[0]
+    steps_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "steps")[0]
+    speed = _m(ips_t) / _m(ips_0)
+    fast = separated(ips_t, ips_0) and speed > 1.1
+    wider = separated(gap_t, gap_0) and _m(gap_t) > _m(gap_0) + SAME_ACC
+    narrower = separated(gap_t, gap_0) and _m(gap_t) < _m(gap_0) - SAME_ACC
+    if narrower:
+        verdict = "does not hold here"     # the gap shrank: not worse generalisation, whatever the speed
+    elif busy:
+        verdict = busy
+    elif wider:
+        verdict = "holds" if fast else "holds with nuance"   # generalises worse; fast only if measured so
+    else:
+        verdict = "inconclusive"           # the gaps overlap (or one seed)
+    numbers = {"batch": top, "base_batch": base_batch, "rule": best, "speedup": speed, "steps": steps_t,
+               "base_steps": steps_0, "images_per_s": _m(ips_t), "base_images_per_s": _m(ips_0),
+               "acc": _m(t_acc), "acc_sd": _sd(t_acc), "base_acc": _m(base), "base_acc_sd": _sd(base),
+               "gap": _m(gap_t), "base_gap": _m(gap_0), "fast": fast, "wider_gap": wider,
+               "narrower_gap": narrower}
+    word = ("wider" if wider else "narrower" if narrower else
+            "inside the noise" if len(gap_0) > 1 else "one seed: not compared")
+    return {
+        "verdict": verdict, "numbers": numbers,
+        "evidence": (f"batch {top} ({best}) vs {base_batch}, same epochs ({steps_t} vs {steps_0} steps; no "
+                     f"equal-steps run): {speed:.2f}x the images/s; train-test gap {100 * _m(gap_t):+.2f} vs "
+                     f"{100 * _m(gap_0):+.2f} pt ({word}); test {_pct(t_acc)}% vs {_pct(base)}% (fewer steps)")}
 
 
 def regime(rows: list[dict], model: str = "mlp") -> str:
