@@ -474,23 +474,25 @@ def recommend_config(machine: dict | None = None, *, model: str = "net") -> list
         "page-locked host memory makes host-to-GPU copies faster and asynchronous" if gpus else
         "only speeds host-to-GPU copies; meaningless without a GPU")
 
+    add("amp", *_amp_choice(gpus, m["simd"]))
+    return rows
+
+
+def _amp_choice(gpus: list[dict], simd) -> tuple[str, str]:
+    """recommend_config's amp row: (value, reason) for these GPUs, or for the CPU's instruction sets."""
     if gpus:
         caps = [_capability(g) for g in gpus]
         if any(c is None for c in caps):
-            add("amp", "fp16", "compute capability unknown: fp16 autocast with GradScaler works on every CUDA "
-                "GPU; use bf16 (no scaler needed) if the GPU is Ampere (8.0) or newer")
-        elif min(caps) >= 8.0:
-            add("amp", "bf16", f"capability {min(caps):.1f} >= 8.0 supports bfloat16: fp32's range, so no "
-                "GradScaler, and tensor cores for the convolutions and fc layers")
-        else:
-            add("amp", "fp16", f"capability {min(caps):.1f} < 8.0 has no fast bfloat16: fp16 autocast with "
-                "GradScaler")
-    else:
-        amx = "amx_bf16" in m["simd"] or "avx512_bf16" in m["simd"]
-        add("amp", "none", "CPU training in float32" + (
-            "; this CPU has bf16 instructions (AMX/AVX512-BF16), so amp='bf16' may be faster: measure it first "
-            "(notebook 05)" if amx else "; without bf16 instructions (AMX/AVX512-BF16) autocast only adds casts"))
-    return rows
+            return "fp16", ("compute capability unknown: fp16 autocast with GradScaler works on every CUDA GPU; use "
+                            "bf16 (no scaler needed) if the GPU is Ampere (8.0) or newer")
+        if min(caps) >= 8.0:
+            return "bf16", (f"capability {min(caps):.1f} >= 8.0 supports bfloat16: fp32's range, so no GradScaler, "
+                            "and tensor cores for the convolutions and fc layers")
+        return "fp16", f"capability {min(caps):.1f} < 8.0 has no fast bfloat16: fp16 autocast with GradScaler"
+    amx = "amx_bf16" in simd or "avx512_bf16" in simd
+    return "none", "CPU training in float32" + (
+        "; this CPU has bf16 instructions (AMX/AVX512-BF16), so amp='bf16' may be faster: measure it first "
+        "(notebook 05)" if amx else "; without bf16 instructions (AMX/AVX512-BF16) autocast only adds casts")
 
 
 def as_kwargs(rows: list[dict]) -> dict:
