@@ -424,7 +424,6 @@ def judge(res: Path):
     the GPU's memory) and ``07.workers_4_to_8`` (the DataLoader feeding the GPU). A claims.ResultFile dated and
     labelled with the GPU machine, or None: a CPU dry run, or no section that settles one, settles nothing."""
     from mnist_helpers import claims
-    from mnist_helpers.lessons.l05_precision_memory import amp_gain, amp_verdict
 
     amp, load = _load_section(res, "amp"), _load_section(res, "loader")
     docs = [d for d in (amp, load) if d]
@@ -434,6 +433,15 @@ def judge(res: Path):
     gpu = (first["machine"].get("gpus") or [{}])[0]
     where = f"{gpu.get('name', 'GPU')}, torch {first['torch']}"
     rf = claims.ResultFile(CLAIMS_NAME, profile="full", machine=first["machine"], date=first["date_utc"])
+    _judge_amp(rf, amp, gpu, where)
+    _judge_loader(rf, load, first["machine"], where)
+    return rf if rf.claims else None
+
+
+def _judge_amp(rf, amp: dict | None, gpu: dict, where: str) -> None:
+    """05.amp_memory_speed and 01.gpu_memory_enough from section amp, into ``rf``."""
+    from mnist_helpers.lessons.l05_precision_memory import amp_gain, amp_verdict
+
     rows = [r for r in (amp or {}).get("rows", []) if r.get("block_images_per_s")]
     by = {(r["batch_size"], r["mode"]): r for r in rows}
     batches = sorted({b for b, m in by if m == "fp32" and (b, "bf16") in by})
@@ -459,7 +467,7 @@ def judge(res: Path):
                           if k.endswith(" speedup"))
         blocks = len(by[top, "fp32"]["block_images_per_s"])
         rf.claim("05.amp_memory_speed", verdict=verdict,
-                 evidence=(f"bf16 autocast vs IEEE fp32 (TF32 off) on the GPU, " + "; ".join(parts)
+                 evidence=("bf16 autocast vs IEEE fp32 (TF32 off) on the GPU, " + "; ".join(parts)
                            + (f"; at batch {top} also {extra}" if extra else "")),
                  numbers={"batches": batches, "per_batch": {str(b): per[b] for b in batches},
                           "halves_and_faster_at": both},
@@ -479,6 +487,12 @@ def judge(res: Path):
                               "batch": biggest["batch_size"]},
                      regime=(f"the article's Net, Adam, batches up to {batches[-1]}, every precision mode of "
                              f"section amp; {where}"))
+
+
+def _judge_loader(rf, load: dict | None, machine: dict, where: str) -> None:
+    """07.workers_4_to_8 from section loader, into ``rf``."""
+    from mnist_helpers import claims
+
     steady = {(r["num_workers"], r["pin_memory"]): r["steady_img_s"] for r in (load or {}).get("rows", [])}
     passes = {(r["num_workers"], r["pin_memory"]): r.get("steady_passes_img_s") or []
               for r in (load or {}).get("rows", [])}
@@ -507,9 +521,8 @@ def judge(res: Path):
                           **({"passes_img_s": {f"{w} workers, pin_memory={p}": v for (w, p), v in passes.items()}}
                              if repeated else {})},
                  regime=(f"the article's DataLoader (torchvision MNIST, ToTensor + Normalize, batch 128, shuffled) "
-                         f"feeding one GPU, no training; {how}; {first['machine'].get('logical_cores')} CPU cores; "
+                         f"feeding one GPU, no training; {how}; {machine.get('logical_cores')} CPU cores; "
                          f"{where}"))
-    return rf if rf.claims else None
 
 
 def keep(src: Path, reference: Path | None = None) -> Path:
