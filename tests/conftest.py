@@ -32,3 +32,14 @@ def restore_environ():
     later test's worker took itself for a torchrun worker (ddp_train.setup read RANK, then failed on LOCAL_RANK)."""
     with mock.patch.dict(os.environ):
         yield
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """torch.set_num_threads(1) for a module's tests (steadier on a shared 2-core machine), restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from mnist_helpers import claims
 from mnist_helpers.lessons import l04_batch_scaling as bs
@@ -59,12 +58,7 @@ def test_fair_plan_doubles_and_labels_its_groups():
         bs.fair_plan((256, 512))
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steadier timings (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,7 @@ import torch
 from mnist_helpers.lessons import l03_dataloader as lb
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steadier timings (tests/conftest.py)
 
 
 @pytest.fixture(scope="module")
