@@ -552,6 +552,14 @@ def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: in
       (at least a quarter of the eval loop's per batch), *holds with nuance* when they keep only the loss tensors and
       their ``grad_fn`` chains (``backward()`` freed the rest), *does not hold here* when nothing is kept.
     """
+    return [*_c05_amp(device, precision, small, batch_size, amp_load),
+            _c05_cuda_amp_api(device, deprecations, torch_version),
+            _c05_accumulation_memory(device, accum, batch_size),
+            _c05_loss_leak(device, leak, leak_steps)]
+
+
+def _c05_amp(device, precision, small, batch_size, amp_load) -> list[dict]:
+    """05.amp_memory_speed, and on a CPU 05.amp_on_cpu."""
     from mnist_helpers.claims import BUSY
 
     out = []
@@ -587,25 +595,35 @@ def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: in
                             verdict=BUSY if _busy(amp_load) else amp_verdict([gain]), evidence=measured,
                             numbers=amp_n, contention=_as_dict(amp_load),
                             regime=f"bf16 autocast on this CPU, Net, Adam, batch {batch_size} and 32, {blocks}"))
+    return out
 
-    out.append(dict(id="05.cuda_amp_api",
-                    verdict="outdated" if deprecations == 2 else "holds" if deprecations == 0 else "holds with nuance",
-                    evidence=(f"{deprecations} FutureWarning(s) from torch.cuda.amp.autocast()/GradScaler() on torch "
-                              f"{torch_version}; torch.amp.autocast(device_type) and torch.amp.GradScaler(device_type) "
-                              "run the same step (written out in the notebook)"),
-                    numbers={"future_warnings": deprecations}, regime=f"torch {torch_version}, {device}"))
 
+def _c05_cuda_amp_api(device, deprecations, torch_version) -> dict:
+    """05.cuda_amp_api: do the article's torch.cuda.amp calls warn?"""
+    return dict(id="05.cuda_amp_api",
+                verdict="outdated" if deprecations == 2 else "holds" if deprecations == 0 else "holds with nuance",
+                evidence=(f"{deprecations} FutureWarning(s) from torch.cuda.amp.autocast()/GradScaler() on torch "
+                          f"{torch_version}; torch.amp.autocast(device_type) and torch.amp.GradScaler(device_type) "
+                          "run the same step (written out in the notebook)"),
+                numbers={"future_warnings": deprecations}, regime=f"torch {torch_version}, {device}")
+
+
+def _c05_accumulation_memory(device, accum, batch_size) -> dict:
+    """05.accumulation_memory: one step's peak at k micro-batches against k=1."""
     ratio = accum[-1]["peak_mib"] / accum[0]["peak_mib"]
     acc_n = {"k": [r["k"] for r in accum], "peak_mib": [r["peak_mib"] for r in accum], "ratio": ratio,
              "max_grad_diff": max(r["max_grad_diff"] for r in accum), "batch": batch_size}
-    out.append(dict(id="05.accumulation_memory",
-                    verdict="wrong" if ratio < 0.9 else "holds" if ratio > 1.1 else "inconclusive",
-                    evidence=(f"one step over {batch_size} images: peak {accum[0]['peak_mib']:.1f} MiB at k=1, "
-                              f"{accum[-1]['peak_mib']:.1f} MiB at k={accum[-1]['k']} (x{ratio:.2f}); same gradient "
-                              f"within {acc_n['max_grad_diff']:.0e}"),
-                    numbers=acc_n,
-                    regime=f"Net, Adam, one optimizer step over {batch_size} images in k micro-batches, {device}"))
+    return dict(id="05.accumulation_memory",
+                verdict="wrong" if ratio < 0.9 else "holds" if ratio > 1.1 else "inconclusive",
+                evidence=(f"one step over {batch_size} images: peak {accum[0]['peak_mib']:.1f} MiB at k=1, "
+                          f"{accum[-1]['peak_mib']:.1f} MiB at k={accum[-1]['k']} (x{ratio:.2f}); same gradient "
+                          f"within {acc_n['max_grad_diff']:.0e}"),
+                numbers=acc_n,
+                regime=f"Net, Adam, one optimizer step over {batch_size} images in k micro-batches, {device}")
 
+
+def _c05_loss_leak(device, leak, leak_steps) -> dict:
+    """05.loss_leak: what the summed loss's graph keeps."""
     tr_t, tr_i = leak["training loop, total += loss"], leak["training loop, total += loss.item()"]
     ev_t = leak["eval loop, total += loss"]
     leak_n = {"train_nodes": tr_t["graph_nodes_kept"], "train_item_nodes": tr_i["graph_nodes_kept"],
@@ -616,16 +634,15 @@ def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: in
               "steps": leak_steps, "meter_mib_per_step": {k: r["growth_per_step"] / MiB for k, r in leak.items()}}
     graphs_kept = leak_n["train_nodes"] > leak_n["train_item_nodes"]
     holds_memory = leak_n["train_saved_mib_per_step"] > 0.25 * max(leak_n["eval_saved_mib_per_step"], 1e-9)
-    out.append(dict(id="05.loss_leak",
-                    verdict=("holds" if graphs_kept and holds_memory else "holds with nuance" if graphs_kept
-                             else "does not hold here"),
-                    evidence=(f"training loop, total += loss: {leak_n['loss_tensors_kept']} loss tensors and "
-                              f"{leak_n['train_nodes']} grad_fn nodes kept after {leak_steps} steps "
-                              f"({leak_n['train_item_nodes']} with .item()), holding "
-                              f"{leak_n['train_saved_mib']:.2f} MiB of saved tensors (backward freed "
-                              f"{leak_n['train_saved_freed']}); eval loop without no_grad: "
-                              f"{leak_n['eval_saved_mib_per_step']:.1f} MiB of saved activations kept per batch"),
-                    numbers=leak_n,
-                    regime=(f"Net, batch 64, SGD, {leak_steps} steps per loop, each in a fresh process; what the "
-                            f"summed loss's graph holds, counted by walking it (kept_by_graph), on {device}")))
-    return out
+    return dict(id="05.loss_leak",
+                verdict=("holds" if graphs_kept and holds_memory else "holds with nuance" if graphs_kept
+                         else "does not hold here"),
+                evidence=(f"training loop, total += loss: {leak_n['loss_tensors_kept']} loss tensors and "
+                          f"{leak_n['train_nodes']} grad_fn nodes kept after {leak_steps} steps "
+                          f"({leak_n['train_item_nodes']} with .item()), holding "
+                          f"{leak_n['train_saved_mib']:.2f} MiB of saved tensors (backward freed "
+                          f"{leak_n['train_saved_freed']}); eval loop without no_grad: "
+                          f"{leak_n['eval_saved_mib_per_step']:.1f} MiB of saved activations kept per batch"),
+                numbers=leak_n,
+                regime=(f"Net, batch 64, SGD, {leak_steps} steps per loop, each in a fresh process; what the "
+                        f"summed loss's graph holds, counted by walking it (kept_by_graph), on {device}"))
