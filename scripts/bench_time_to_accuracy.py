@@ -144,6 +144,39 @@ def judge(doc_runs: list[dict], names: dict, info: dict, quick: bool, target_s: 
     return out
 
 
+def choose_settings(args, prior: dict | None, device) -> dict | None:
+    """The per-machine settings of the fast recipes: those of the file being merged into, a --choice-from file, a
+    fresh measurement (speedrun.choose_settings), or None (the quick mode, or a named --fast recipe). A
+    --choice-from file that is not a choose_settings() result raises ValueError."""
+    if prior and prior.get("choice"):
+        choice = prior["choice"]
+        print(f"settings from the file's first part: {speedrun.settings_label(choice['choice'])} ({choice['why']})")
+    elif args.choice_from and args.fast == "fast":
+        try:
+            choice = json.loads(Path(args.choice_from).read_text())
+            choice["choice"] = {k: choice["choice"][k] for k in speedrun.SETTINGS}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"--choice-from {args.choice_from}: not a choose_settings() result ({e})") from None
+        choice["source"] = str(args.choice_from)
+        print(f"settings from {args.choice_from} (measured {str(choice.get('date_utc', '?'))[:10]}, not now): "
+              f"{speedrun.settings_label(choice['choice'])} ({choice.get('why', '')})")
+        if choice.get("machine_key") and choice["machine_key"] != speedrun.machine_key(device):
+            print(f"  note: measured on {choice['machine_key']!r}, this is {speedrun.machine_key(device)!r}")
+    elif args.fast == "fast" and not args.quick:
+        print("choosing this machine's settings (bf16/float32, channels_last, compile) by measurement...",
+              flush=True)
+        choice = speedrun.choose_settings(device, log=print)
+        if choice["contention"]["busy"]:
+            print("  note: measured on a busy machine; --choice-from an idle measurement is steadier")
+        for row in sorted(choice["rows"], key=lambda r: -(r.get("images_per_s") or 0)):
+            print(f"  {row['setting']:<36} " + (f"{row['images_per_s']:8,.0f} img/s (IQR "
+                  f"{row['iqr_images_per_s']:,.0f}), {row['vs_float32_eager']:.2f}x float32 eager"
+                  if row.get("images_per_s") else f"failed: {row['error']}") + ("  <- chosen" if row["chosen"] else ""))
+    else:
+        choice = None
+    return choice
+
+
 @cli_entry  # expected errors (data, --out, device): one message with the fix, exit code 2
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -165,33 +198,7 @@ def main(argv=None) -> int:
     print(f"machine: {describe(info)} (label {label})")
     try:
         base = speedrun.get_recipe(args.baseline, device)
-        if prior and prior.get("choice"):
-            choice = prior["choice"]
-            print(f"settings from the file's first part: {speedrun.settings_label(choice['choice'])} ({choice['why']})")
-        elif args.choice_from and args.fast == "fast":
-            try:
-                choice = json.loads(Path(args.choice_from).read_text())
-                choice["choice"] = {k: choice["choice"][k] for k in speedrun.SETTINGS}
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                print(f"error: --choice-from {args.choice_from}: not a choose_settings() result ({e})", file=sys.stderr)
-                return 2
-            choice["source"] = str(args.choice_from)
-            print(f"settings from {args.choice_from} (measured {str(choice.get('date_utc', '?'))[:10]}, not now): "
-                  f"{speedrun.settings_label(choice['choice'])} ({choice.get('why', '')})")
-            if choice.get("machine_key") and choice["machine_key"] != speedrun.machine_key(device):
-                print(f"  note: measured on {choice['machine_key']!r}, this is {speedrun.machine_key(device)!r}")
-        elif args.fast == "fast" and not args.quick:
-            print("choosing this machine's settings (bf16/float32, channels_last, compile) by measurement...",
-                  flush=True)
-            choice = speedrun.choose_settings(device, log=print)
-            if choice["contention"]["busy"]:
-                print("  note: measured on a busy machine; --choice-from an idle measurement is steadier")
-            for row in sorted(choice["rows"], key=lambda r: -(r.get("images_per_s") or 0)):
-                print(f"  {row['setting']:<36} " + (f"{row['images_per_s']:8,.0f} img/s (IQR "
-                      f"{row['iqr_images_per_s']:,.0f}), {row['vs_float32_eager']:.2f}x float32 eager"
-                      if row.get("images_per_s") else f"failed: {row['error']}") + ("  <- chosen" if row["chosen"] else ""))
-        else:
-            choice = None
+        choice = choose_settings(args, prior, device)
         fast = (speedrun.fastest(device, choice["choice"] if choice else None, log=None) if args.fast == "fast"
                 else speedrun.get_recipe(args.fast, device))
     except ValueError as e:
