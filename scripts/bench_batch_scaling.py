@@ -80,8 +80,7 @@ def _in_processes(args) -> list[dict]:
     return rows
 
 
-@cli_entry  # expected errors: one message with the fix, exit code 2
-def main(argv=None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="seeds to run (default 0 1 2)")
     ap.add_argument("--append", action="store_true", help="merge with the rows already in the output file")
@@ -101,6 +100,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--parallel", type=int, default=1,
                     help="run the seeds in this many processes at once (each --threads threads; the load rule counts "
                          "them as this run's own)")
+    return ap
+
+
+@cli_entry  # expected errors: one message with the fix, exit code 2
+def main(argv=None) -> dict:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.parallel < 1:
         raise ConfigError(f"--parallel must be at least 1, got {args.parallel}", "pass --parallel 1 or 2")
