@@ -396,6 +396,24 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
     from mnist_helpers import claims
 
     res = claims.ResultFile("06_ddp_fundamentals", profile=profile, folder=folder)
+    _c06_allreduce(res, by_hand)
+    _c06_dp_vs_ddp(res, dp_rows, gpus)
+    _c06_sampler(res, demos, ddp_run, forgot_run)
+    _c06_spawn(res, article, spawn_run, like_notebook)
+    _c06_torchrun(res, demos)
+    _c06_seeding_and_syncbn(res, demos)
+    _c06_validation(res, demos, demos_load, ddp_run, test_images)
+    _c06_backends(res, backends)
+    res.extra["spawn_equals_torchrun"] = spawn_equals_torchrun
+    unsourced = {c["id"]: claims.unsourced_numbers(c) for c in res.claims.values() if claims.unsourced_numbers(c)}
+    if unsourced:
+        raise claims.ClaimError(f"evidence quotes numbers that are not in numbers=: {unsourced}")
+    res.write()
+    return res
+
+
+def _c06_allreduce(res, by_hand: dict) -> None:
+    """06.allreduce_average and 06.ddp_hooks, from the by-hand all-reduce runs."""
     ma = {n: by_hand_summary(run) for n, run in by_hand.items()}
     ns = sorted(ma)
     allreduce_ok = all(ma[n]["distinct_params_after_step"] == 1 and ma[n]["max_diff_vs_global_batch"] < 1e-5
@@ -416,6 +434,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                        f"{max(ma[n]['ddp_max_diff_vs_manual'] for n in ns):.1e}",
               numbers={f"ddp_max_diff_vs_manual_{n}": ma[n]["ddp_max_diff_vs_manual"] for n in ns},
               regime=f"Net, 32 images per process, one step, {' and '.join(map(str, ns))} processes; {GLOO}")
+
+
+def _c06_dp_vs_ddp(res, dp_rows: list[dict], gpus: int) -> None:
+    """06.dp_vs_ddp (GPUs only)."""
     verdict = dp_vs_ddp_verdict(dp_rows)
     if verdict == "not testable here":
         res.claim("06.dp_vs_ddp", verdict=verdict, evidence=f"DataParallel needs >= 2 GPUs; this machine has {gpus}",
@@ -431,6 +453,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                   regime=(f"Net, batch {first['global_batch_size'] // gpus} per GPU, {gpus} GPUs, {first['warmup_steps']} "
                           f"warm-up + {first['repeats']} x {first['timed_steps']} timed steps each, "
                           f"{len({r['round'] for r in dp_rows})} interleaved rounds"))
+
+
+def _c06_sampler(res, demos: dict, ddp_run: dict, forgot_run: dict) -> None:
+    """06.distributed_sampler and 06.set_epoch."""
     sm = {n: demos[n]["sampler"]["summary"] for n in sorted(demos)}
     disjoint = shards_disjoint(ddp_run)
     shards_ok = all(s["covered"] == 60_000 and s["overlapping"] == 0 for s in sm.values()) and disjoint
@@ -454,6 +480,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                        **{f"same_order_with_{n}": s["same_order_with_set_epoch"] for n, s in sm.items()}},
               regime="DistributedSampler(shuffle=True), 60,000 images, 2 and 3 ranks, 3 epochs; the notebook's "
                      "train_ddp.py with and without set_epoch, 2 epochs")
+
+
+def _c06_spawn(res, article: dict, spawn_run: dict, like_notebook: dict) -> None:
+    """06.mp_spawn."""
     article_replicas = len({r["param_digest"] for r in article["ranks"]})
     spawn_fails = like_notebook["returncode"] != 0 and "Can't get attribute" in (like_notebook["child_error"] or "")
     spawn_ok = article_replicas == 1 and spawn_run["world_size"] == 2
@@ -466,6 +496,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                        "notebook_spawn_returncode": like_notebook["returncode"],
                        "article_steps_per_epoch": article["ranks"][0]["steps"]},
               regime=f"the article's 5.2 script as a subprocess, free port; {GLOO}")
+
+
+def _c06_torchrun(res, demos: dict) -> None:
+    """06.local_rank_arg and 06.torchrun_env."""
     lr = demos[2]["local_rank_bug"]["summary"]
     local_rank_bug = (not lr["any_local_rank_argument"]) and lr["article_distinct_devices"] == 1
     res.claim("06.local_rank_arg", verdict="wrong" if local_rank_bug else "holds",
@@ -480,6 +514,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
               else "does not hold here",
               evidence=f"set by torchrun in every process: {', '.join(sorted(env_vars))}",
               numbers={"variables": len(env_vars)}, regime="torchrun --standalone --nproc-per-node=2")
+
+
+def _c06_seeding_and_syncbn(res, demos: dict) -> None:
+    """06.same_seed and 06.syncbn."""
     sd = demos[2]["seeding"]["summary"]
     seeding_ok = sd["distinct_weights_after_ddp"] == 1 and sd["distinct_augmentation_same_seed"] == 1
     res.claim("06.same_seed", verdict=("holds with nuance" if seeding_ok and sd["distinct_weights_before_ddp"] > 1
@@ -493,6 +531,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
               regime="Net built with per-rank seeds, 2 processes; random pixel shifts as the augmentation")
     sb = demos[2]["syncbn"]["summary"]
     res.claim("06.syncbn", **syncbn_claim(sb))
+
+
+def _c06_validation(res, demos: dict, demos_load, ddp_run: dict, test_images: int) -> None:
+    """06.rank0_eval_waits and 06.distributed_validation."""
     val = {n: demos[n]["validation"]["summary"] for n in sorted(demos) if "validation" in demos[n]}
     res.claim("06.rank0_eval_waits", **rank0_eval_claim(val[max(val)], demos_load))
     v3 = val[max(val)]
@@ -506,6 +548,10 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                        "exact_acc": v3["exact_acc"], "your_count": ddp_run["count"], "test_images": test_images},
               regime=f"FastNet(width=8), 10,000 test images, {v3['world_size']} processes; the notebook's "
                      f"train_ddp.py (every world_size-th image per rank); {GLOO}")
+
+
+def _c06_backends(res, backends: dict) -> None:
+    """06.nccl_gloo."""
     joins = backends["env_steps"]["+ MASTER_PORT"].startswith("ok")
     nccl_gpu_only = backends["cuda_devices"] > 0 or "only supported with GPUs" in backends["nccl"]
     res.claim("06.nccl_gloo", verdict="holds" if nccl_gpu_only and joins else "does not hold here",
@@ -513,9 +559,3 @@ def record_claims(profile: str, *, ddp_run: dict, forgot_run: dict, by_hand: dic
                         f"device(s): {'joins' if backends['nccl'].startswith('ok') else 'refused (needs GPUs)'}"),
               numbers={"cuda_devices": backends["cuda_devices"]},
               regime="init_process_group in a fresh process, world of one")
-    res.extra["spawn_equals_torchrun"] = spawn_equals_torchrun
-    unsourced = {c["id"]: claims.unsourced_numbers(c) for c in res.claims.values() if claims.unsourced_numbers(c)}
-    if unsourced:
-        raise claims.ClaimError(f"evidence quotes numbers that are not in numbers=: {unsourced}")
-    res.write()
-    return res
