@@ -262,6 +262,27 @@ def search_stage(stage: str, candidates: list, measure: Callable, budget: _Budge
     return best
 
 
+def _autotune_candidates(dev, cores: int, gpus: int, threads, num_workers, amp, nproc) -> tuple:
+    """autotune's candidates per stage: the ones given, checked, or this machine's defaults."""
+    if threads is None:
+        threads = sorted({cores, max(cores // 2, 1), 1}, reverse=True) if dev.type == "cpu" else [torch.get_num_threads()]
+    if num_workers is None:
+        num_workers = sorted({0, 1, min(2, cores), 4})
+    if amp is None:
+        amp = ["none", "bf16"] + (["fp16"] if dev.type == "cuda" else [])
+    if nproc is None:
+        nproc = [1] + ([gpus] if gpus > 1 else []) + ([2] if dev.type == "cpu" and cores >= 2 else [])
+    for name, vals in (("threads", threads), ("nproc", nproc)):
+        if not vals or any(not isinstance(v, int) or v < 1 for v in vals):
+            raise ValueError(f"{name} must list positive integers, got {vals!r}")
+    if not num_workers or any(not isinstance(v, int) or v < 0 for v in num_workers):
+        raise ValueError(f"num_workers must list integers >= 0, got {num_workers!r}")
+    bad = [a for a in amp if a not in AMP_DTYPES]
+    if not amp or bad:
+        raise ValueError(f"amp must list values among {', '.join(AMP_DTYPES)}; got {amp!r}")
+    return threads, num_workers, amp, nproc
+
+
 def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_batch_size: int = 1024,
              threads: list[int] | None = None, num_workers: list[int] | None = None, amp: list[str] | None = None,
              nproc: list[int] | None = None, subset: int = 2048, steps: int = 3, repeats: int = 3,
@@ -285,22 +306,7 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
     say = log or (lambda s: None)
     cores = usable_cores()
     gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
-    if threads is None:
-        threads = sorted({cores, max(cores // 2, 1), 1}, reverse=True) if dev.type == "cpu" else [torch.get_num_threads()]
-    if num_workers is None:
-        num_workers = sorted({0, 1, min(2, cores), 4})
-    if amp is None:
-        amp = ["none", "bf16"] + (["fp16"] if dev.type == "cuda" else [])
-    if nproc is None:
-        nproc = [1] + ([gpus] if gpus > 1 else []) + ([2] if dev.type == "cpu" and cores >= 2 else [])
-    for name, vals in (("threads", threads), ("nproc", nproc)):
-        if not vals or any(not isinstance(v, int) or v < 1 for v in vals):
-            raise ValueError(f"{name} must list positive integers, got {vals!r}")
-    if not num_workers or any(not isinstance(v, int) or v < 0 for v in num_workers):
-        raise ValueError(f"num_workers must list integers >= 0, got {num_workers!r}")
-    bad = [a for a in amp if a not in AMP_DTYPES]
-    if not amp or bad:
-        raise ValueError(f"amp must list values among {', '.join(AMP_DTYPES)}; got {amp!r}")
+    threads, num_workers, amp, nproc = _autotune_candidates(dev, cores, gpus, threads, num_workers, amp, nproc)
 
     budget = _Budget(budget_s, STAGES)
     evidence: list[dict] = []
