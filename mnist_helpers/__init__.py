@@ -63,7 +63,7 @@ lesson or a tool: code a worker and a notebook share lives in the core):
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/bookkeeping (the share of notebook
-code lines that only record results), tools/progression (the worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
+code lines that only record results), tools/worker_diffs (the worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
 no worker outlives a killed kernel or a killed torchrun, 00).
 """
 

@@ -13,7 +13,7 @@ import pytest
 from mnist_helpers import claims, distributed
 from mnist_helpers.launch import torchrun
 from mnist_helpers.lessons import l06_ddp as l06
-from mnist_helpers.tools import progression
+from mnist_helpers.tools import worker_diffs
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "06_ddp_fundamentals.ipynb"
@@ -54,9 +54,9 @@ def test_the_learner_writes_ddp_in_cells_and_launches_it():
 
 
 def test_every_change_from_single_to_ddp_is_marked_once(work):
-    single, ddp = (progression.code_lines(work / n) for n in ("train_single.py", "train_ddp.py"))
-    assert progression.unmarked_changes(single, ddp, "# DDP:") == []
-    assert progression.diff_counts(single, ddp)["blocks"] >= 6
+    single, ddp = (worker_diffs.code_lines(work / n) for n in ("train_single.py", "train_ddp.py"))
+    assert worker_diffs.unmarked_changes(single, ddp, "# DDP:") == []
+    assert worker_diffs.diff_counts(single, ddp)["blocks"] >= 6
     assert len((work / "train_ddp.py").read_text().splitlines()) <= 110, "a short script the learner reads whole"
 
 
