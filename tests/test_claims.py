@@ -115,8 +115,9 @@ def test_reference_files_follow_the_schema(ref):
         assert claims._ID.match(entry["id"]) and entry["claim"] and entry["regime"] and entry["numbers"]
         assert entry["id"] in claims.CATALOG_IDS or entry["section"] == "ours", entry["id"]
         c = entry.get("contention")
-        if c and c.get("busy"):
-            assert entry["verdict"] == claims.BUSY, f"{entry['id']}: measured on a busy machine but judged"
+        if c and c.get("busy"):  # a busy machine voids a judgement; "not testable here" judges nothing
+            assert entry["verdict"] in (claims.BUSY, "not testable here"), \
+                f"{entry['id']}: measured on a busy machine but judged"
 
 
 @pytest.mark.parametrize("ref", REFS, ids=[r["_path"] for r in REFS])
