@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.distributed import cleanup
 from mnist_helpers.worker import finish, parser, world_of_one_env
 
 NUM_GRADS = 1000  # stands in for a model's gradients
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
         return finish(rank == 0, summary, args.out)
     finally:
-        dist.destroy_process_group()
+        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

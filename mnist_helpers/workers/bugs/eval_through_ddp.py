@@ -38,8 +38,9 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.worker import finish, parser, world_of_one_env
+from mnist_helpers.distributed import cleanup
 from mnist_helpers.models import build_model
+from mnist_helpers.worker import finish, parser, world_of_one_env
 
 
 def evaluate(model, X, y) -> float:
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
                    "seconds": time.perf_counter() - start}
         return finish(rank == 0, summary, args.out, f"all ranks passed the barrier ({args.fix=})")
     finally:
-        dist.destroy_process_group()
+        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from mnist_helpers.distributed import cleanup
 from mnist_helpers.worker import finish, parser
 
 
@@ -54,7 +55,7 @@ def main(argv: list[str] | None = None) -> dict:
         return finish(rank == 0, summary, args.out,
                       f"process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}")
     finally:
-        dist.destroy_process_group()
+        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

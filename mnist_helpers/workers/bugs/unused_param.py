@@ -33,6 +33,7 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from mnist_helpers.distributed import cleanup
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
 from mnist_helpers.worker import finish, parser, world_of_one_env
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
         return finish(rank == 0, summary, args.out, *(
             f"fix={r['fix']}: {r['steps']} steps, median {r['median_step_ms']:.2f} ms/step" for r in rows))
     finally:
-        dist.destroy_process_group()
+        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":
