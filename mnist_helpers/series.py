@@ -76,7 +76,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'per-worker USS/PSS (fork vs spawn); what in-memory buys (per-sample work, not disk reads); '
                '`drop_last`; a widget to re-run the sweep'),
         quick='25 s',
-        full=('73-106 s (quiet, EPYC)'),
+        full=('73-148 s (quiet, EPYC; 148 s with the drop_last test on 60,000 images)'),
         gpu='not measured yet'),
     Notebook(
         "04", "batch_size_and_lr", 'batch size and LR', "l04_batch_scaling", core=True,
@@ -95,7 +95,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'and transient; the CUDA caching allocator; the loss kept as a tensor, in a training loop and in an '
                'eval loop; the same precision comparison on an H200 (the kept `scripts/device_check.sh` run)'),
         quick='29 s',
-        full=('2.5 min (quiet, Xeon); 58-92 s (quiet, EPYC)'),
+        full=('2.5 min (quiet, Xeon); 58-101 s (quiet, EPYC)'),
         gpu='not measured yet'),
     Notebook(
         "06", "ddp_fundamentals", 'DDP fundamentals', "l06_ddp", core=True,
@@ -106,7 +106,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`mp.spawn` from a notebook; the `--local_rank` bug; seeding; SyncBatchNorm; exact validation; '
                "backends; DP vs DDP (2+ GPUs); appendix: the series' worker progression and the article's 5.2 script"),
         quick='134 s (quiet, AVX2-only EPYC)',
-        full=('4.9 min (quiet, AVX2-only EPYC, 2026-12-06)'),
+        full=('4.3-4.9 min (quiet EPYC, with AVX-512 and AVX2-only, 2026-12-06)'),
         gpu='not measured yet'),
     Notebook(
         "07", "scaling_and_multinode", 'scaling and multi-node', "l07_scaling", core=True,
@@ -117,7 +117,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                "exact resume, a scheduler's stop that loses no step (`--stop-file`), restart success rates, elastic "
                'membership; Slurm sbatch, Kubeflow TrainJob and PyTorchJob'),
         quick='115 s',
-        full=('9.6-11.9 min (quiet, EPYC)'),
+        full=('9.6-13.7 min (EPYC; the longest with tests beside it)'),
         gpu='not measured yet'),
     Notebook(
         "08", "troubleshooting", 'troubleshooting', "l08_troubleshooting", core=True,
