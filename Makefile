@@ -109,7 +109,7 @@ full: data
 strip: install
 	$(PY) -m mnist_helpers.tools.nbstrip notebooks
 
-# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/lessons/exercises.py.
+# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/exercises.py.
 exercises: install
 	$(PY) scripts/build_exercises.py
 	$(PY) -m mnist_helpers.tools.nbstrip notebooks

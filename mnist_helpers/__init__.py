@@ -28,6 +28,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     saved        GENERATED (`make saved`): the code notebooks write and mark #@save (04's scaled_lr,
                  warmup_factor, train_run, BASE_LR, BASE_BATCH; 10's hyp, hyp_995, shift), which their lessons
                  and scripts run (04, 10)
+    exercises    the closing exercises of every notebook (00-11) and their checkers; `make exercises` writes
+                 them into the notebooks and notebooks/solutions/
     series       the registry: one row per notebook (id, slug, lesson, core or appendix, runtimes), the
                  README's and INSTRUCTOR's tables are written from it (`make tables`)
     errors       expected errors (UsageError, ConfigError, PathError, SnapshotError) and @cli_entry, every
@@ -46,7 +48,6 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l09_profiling         09  torch.profiler breakdowns, autotune, the experience library
     lessons/l10_speedrun          10  recipes, time to accuracy
     lessons/l11_beyond_dp         11  checkpointing trade-off, per-rank memory rows, the memory explorer
-    lessons/exercises             00-11  the closing exercises and their checkers
 
 Workers (run with torchrun or plain Python; each docstring has its commands; built on the core only, never on a
 lesson or a tool: code a worker and a notebook share lives in the core):

@@ -1,5 +1,5 @@
 """Exercises (issue 11): every solution passes its check, wrong answers get specific feedback, and the exercise
-cells in the notebooks and notebooks/solutions/ are exactly what mnist_helpers.lessons.exercises generates."""
+cells in the notebooks and notebooks/solutions/ are exactly what mnist_helpers.exercises generates."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.lessons import exercises as E
+from mnist_helpers import exercises as E
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
@@ -83,7 +83,7 @@ def test_answer_box_is_static_outside_a_front_end():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_exercise_cells_match_the_source(path):
     want, have = build.expected_and_actual(path)
-    assert have == want, (f"{path.name}: exercise cells drifted from mnist_helpers/lessons/exercises.py; "
+    assert have == want, (f"{path.name}: exercise cells drifted from mnist_helpers/exercises.py; "
                           "run `.venv/bin/python scripts/build_exercises.py`")
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     marked = [i for i, c in enumerate(cells) if "exercise" in c.get("metadata", {})]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from mnist_helpers import claims, series
-from mnist_helpers.lessons import exercises
+from mnist_helpers import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 

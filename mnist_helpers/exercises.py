@@ -6,7 +6,7 @@ cell. ``scripts/build_exercises.py`` writes the starter cells into ``notebooks/N
 metadata key ``exercise``) and the solutions into ``notebooks/solutions/NN_solutions.ipynb`` from this one source,
 and ``tests/test_exercises.py`` runs every solution through its check.
 
-    from mnist_helpers.lessons.exercises import check_global_batch_size
+    from mnist_helpers.exercises import check_global_batch_size
     check_global_batch_size(4 * 32)      # prints what is right or wrong and why, returns a Feedback
 
 A ``check_...`` function never raises on a wrong answer (a learner should read a hint, not a traceback): it
@@ -677,9 +677,9 @@ def _ex(id, title, prompt, check, starter_body, solution_body, extra_import=""):
     """Starter and solution share one import line and one check call, so they cannot drift apart."""
     names = check + extra_import
     box = ", answer_box" if "answer_box(" in starter_body else ""
-    starter = (f"from mnist_helpers.lessons.exercises import {names}{box}\n\n" + starter_body.strip("\n")
+    starter = (f"from mnist_helpers.exercises import {names}{box}\n\n" + starter_body.strip("\n")
                + f"\nif answer is not ...:  # runs once you have filled in your answer\n    {check}(answer)")
-    solution = f"from mnist_helpers.lessons.exercises import {names}\n\n" + solution_body.strip("\n") + f"\nassert {check}(answer)"
+    solution = f"from mnist_helpers.exercises import {names}\n\n" + solution_body.strip("\n") + f"\nassert {check}(answer)"
     return Exercise(id, title, prompt.strip("\n"), starter, solution, check)
 
 
@@ -708,7 +708,7 @@ EXERCISES: list[Exercise] = [
         "An epoch over 60,000 images took 12.5 s of training. What throughput (images/s) does `epoch_line` print?",
         "check_images_per_s", "answer = ...  # images per second", "answer = 60_000 / 12.5"),
     _ex("02-2", "Accuracy from a confusion matrix",
-        "`CONFUSION` (in `mnist_helpers.lessons.exercises`) is a 3-class confusion matrix: rows are the true class, columns "
+        "`CONFUSION` (in `mnist_helpers.exercises`) is a 3-class confusion matrix: rows are the true class, columns "
         "the predicted one. Compute the accuracy as a fraction with code, not by hand.",
         "check_accuracy_from_confusion", "print(CONFUSION)\nanswer = ...  # a fraction between 0 and 1",
         "correct = sum(CONFUSION[i][i] for i in range(len(CONFUSION)))\n"
