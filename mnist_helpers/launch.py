@@ -160,11 +160,14 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
         return rank, exitcode, _headline(block[end], block[1:end])
     if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
         last = [ln for ln in lines if ln.strip()][-5:]  # its last words, e.g. C++'s "terminate called ..."
-        peer = _peer_error(output, rank)
-        if peer is not None:  # a peer stopped with an expected error first; this rank's abort followed its exit
-            other, block = peer
-            return other, None, "\n".join(block) + f"\n(rank {rank} was then stopped by {killed_by.rstrip('.')}: " \
-                "gloo aborts when a peer exits mid-collective)"
+        found = _expected_error(output, rank)
+        if found is not None:  # an expected error came first; the signal followed it (gloo's threads at teardown)
+            other, block = found
+            how = (f"rank {rank} then died at exit by {killed_by.rstrip('.')}: gloo's threads at teardown"
+                   if other == rank else
+                   f"rank {rank} was then stopped by {killed_by.rstrip('.')}: gloo aborts when a peer exits "
+                   "mid-collective")
+            return other, None, "\n".join(block) + f"\n({how})"
         return rank, exitcode, killed_by + (" (often the out-of-memory killer)" if "SIGKILL" in killed_by else "") \
             + ("\nits last output lines:\n  " + "\n  ".join(last) if last else "")
     if rank is not None and lines:  # exited without a traceback (argparse or an expected error): its last words
@@ -173,16 +176,25 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
     return rank, exitcode, "\n".join(output.splitlines()[-15:])
 
 
-def _peer_error(output: str, killed: int | None) -> tuple[int, list[str]] | None:
-    """(rank, its error block) of another rank that stopped with an expected error (``error: ...``, the message
-    of ``mnist_helpers.errors``), when the first rank torchrun saw fail was killed by a signal; else None."""
+def _expected_error(output: str, killed: int | None) -> tuple[int, list[str]] | None:
+    """(rank, its error block) of a rank that stopped with an expected error (``error: ...``, the message of
+    ``mnist_helpers.errors``), when the first rank torchrun saw fail was killed by a signal: another rank's, or the
+    killed rank's own when it printed one before the signal (gloo can abort a process at exit, after the error was
+    reported); another rank's first. None when no rank printed one."""
+    def block_of(r: int) -> list[str]:
+        prefix = f"[rank {r}] "
+        lines = [ln[len(prefix):] for ln in output.splitlines() if ln.startswith(prefix)]
+        return lines[next(i for i, ln in enumerate(lines) if ln.startswith("error: ")):]
+
+    ranks = []
     for line in output.splitlines():
         m = re.match(r"\[rank (\d+)\] (.*)", line)
-        if m and int(m.group(1)) != killed and m.group(2).startswith("error: "):
-            prefix = f"[rank {m.group(1)}] "
-            block = [ln[len(prefix):] for ln in output.splitlines() if ln.startswith(prefix)]
-            start = next(i for i, ln in enumerate(block) if ln.startswith("error: "))
-            return int(m.group(1)), block[start:]
+        if m and m.group(2).startswith("error: ") and int(m.group(1)) not in ranks:
+            ranks.append(int(m.group(1)))
+    others = [r for r in ranks if r != killed]
+    if others or ranks:
+        r = (others or ranks)[0]
+        return r, block_of(r)
     return None
 
 

@@ -265,3 +265,11 @@ def test_a_rank_aborted_after_a_peers_expected_error_names_the_peers_error(tmp_p
              + ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242"))
     rank, code, cause = _root_cause(alone, tmp_path / "missing.json")
     assert (rank, code) == (3, -6) and "terminate called" in cause  # no peer error: the abort is the cause
+    own = ("[rank 0] error: the snapshot is not the same file on every rank\n"
+           "[rank 0]   fix: put --snapshot on a filesystem every node shares\n"
+           "[rank 0] terminate called without an active exception\n"
+           + ROOT_CAUSE_SECTION.format(code=-7, traceback="Signal 7 (SIGBUS) received by PID 4242").replace(
+               "rank      : 3 (local_rank: 1)", "rank      : 0 (local_rank: 0)"))
+    rank, code, cause = _root_cause(own, tmp_path / "missing.json")  # the rank that reported then died at exit
+    assert rank == 0 and cause.startswith("error: the snapshot is not the same file on every rank")
+    assert "rank 0 then died at exit by Signal 7 (SIGBUS)" in cause
