@@ -159,7 +159,6 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
         end = next((i for i, ln in enumerate(block) if i and not ln.startswith(" ")), len(block) - 1)
         return rank, exitcode, _headline(block[end], block[1:end])
     if killed_by:  # killed by a signal, so no traceback; an unexplained SIGKILL is usually OOM
-        last = [ln for ln in lines if ln.strip()][-5:]  # its last words, e.g. C++'s "terminate called ..."
         found = _expected_error(output, rank)
         if found is not None:  # an expected error came first; the signal followed it (gloo's threads at teardown)
             other, block = found
@@ -168,6 +167,7 @@ def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, 
                    f"rank {rank} was then stopped by {killed_by.rstrip('.')}: gloo aborts when a peer exits "
                    "mid-collective")
             return other, None, "\n".join(block) + f"\n({how})"
+        last = [ln for ln in lines if ln.strip()][-5:]  # its last words, e.g. C++'s "terminate called ..."
         return rank, exitcode, killed_by + (" (often the out-of-memory killer)" if "SIGKILL" in killed_by else "") \
             + ("\nits last output lines:\n  " + "\n  ".join(last) if last else "")
     if rank is not None and lines:  # exited without a traceback (argparse or an expected error): its last words
@@ -191,11 +191,10 @@ def _expected_error(output: str, killed: int | None) -> tuple[int, list[str]] | 
         m = re.match(r"\[rank (\d+)\] (.*)", line)
         if m and m.group(2).startswith("error: ") and int(m.group(1)) not in ranks:
             ranks.append(int(m.group(1)))
-    others = [r for r in ranks if r != killed]
-    if others or ranks:
-        r = (others or ranks)[0]
-        return r, block_of(r)
-    return None
+    if not ranks:
+        return None
+    r = next((r for r in ranks if r != killed), ranks[0])
+    return r, block_of(r)
 
 
 def _headline(message: str, frames: list[str]) -> str:

@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset, TensorDataset
 
-from mnist_helpers.claims import separated
+from mnist_helpers.claims import BUSY, separated
 from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets, read_idx,
                                 time_loader, verify_mnist)
 from mnist_helpers.io import MiB
@@ -596,8 +596,6 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
 
 def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:
     """num_workers = 1/4-1/2 of the cores."""
-    from mnist_helpers.claims import BUSY
-
     wl, wt = workers_verdict(loader_rows, cores), workers_verdict(dl_train, cores)
     verdict = BUSY if _busy(busy.get("loader"), busy.get("train")) else wt["verdict"]
     n = {"loader_best_workers": wl["best_workers"], "loader_best_img_s": wl["best_images_per_s"],
@@ -618,8 +616,6 @@ def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:
 
 def _c03_too_many_workers(loader_rows, dl_train, cores, busy, regime) -> dict:
     """Too many workers slow things down."""
-    from mnist_helpers.claims import BUSY
-
     ml, mt = too_many_verdict(loader_rows, cores), too_many_verdict(dl_train, cores)
     verdict = BUSY if _busy(busy.get("loader"), busy.get("train")) else _combine(ml["verdict"], mt["verdict"])
     n = {"loader_many_workers": ml.get("many_workers"), "loader_many_ratio": ml["ratio"],
@@ -653,8 +649,6 @@ def _c03_pin_memory_cpu(pin_rows, pin_warned, cuda, busy, regime) -> dict:
 
 def _c03_disk_io(loader_rows, disk, busy, regime) -> dict:
     """The loader bottleneck is often disk I/O."""
-    from mnist_helpers.claims import BUSY
-
     best_loader = max(r["images_per_s"] for r in loader_rows)
     need = best_loader * 784 / 2**20
     margin = disk["cold_mib_per_s"] / need
@@ -692,8 +686,6 @@ def _c03_worker_copies(memory_rows, memory_images, regime) -> dict:
 
 def _c03_in_memory(feed_rows, train_rows, dl_train, per_sample_us, per_batched_us, repeats, busy, regime) -> dict:
     """Keep small datasets in memory."""
-    from mnist_helpers.claims import BUSY
-
     best_feed = max((r for r in feed_rows if not r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
     best_dl_feed = max((r for r in feed_rows if r["feed"].startswith("DataLoader")), key=lambda r: r["images_per_s"])
     feed_ratio = best_feed["images_per_s"] / best_dl_feed["images_per_s"]

@@ -560,8 +560,6 @@ def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: in
 
 def _c05_amp(device, precision, small, batch_size, amp_load) -> list[dict]:
     """05.amp_memory_speed, and on a CPU 05.amp_on_cpu."""
-    from mnist_helpers.claims import BUSY
-
     out = []
     fp32, bf16 = precision["fp32"], precision["bf16"]
     gain = amp_gain(fp32, bf16)
@@ -579,7 +577,7 @@ def _c05_amp(device, precision, small, batch_size, amp_load) -> list[dict]:
                 f"{max(fp32['block_images_per_s']):,.0f} img/s)")
     blocks = f"{len(bf16['block_images_per_s'])} interleaved timed blocks per mode, peak by {peak_how}"
     if device == "cuda":
-        verdict = BUSY if _busy(amp_load) else amp_verdict([gain])
+        verdict = claims.BUSY if _busy(amp_load) else amp_verdict([gain])
         note = "" if batch_size == ARTICLE_AMP_BATCH else f" (the article's batch is {ARTICLE_AMP_BATCH})"
         out.append(dict(id="05.amp_memory_speed", verdict=verdict, evidence=measured, numbers=amp_n,
                         contention=_as_dict(amp_load),
@@ -592,7 +590,7 @@ def _c05_amp(device, precision, small, batch_size, amp_load) -> list[dict]:
                                 f"on {device}, Net, Adam, batch {batch_size} and 32, {blocks}")))
         if device == "cpu":
             out.append(dict(id="05.amp_on_cpu", claim=AMP_CPU_CLAIM, section="ours",
-                            verdict=BUSY if _busy(amp_load) else amp_verdict([gain]), evidence=measured,
+                            verdict=claims.BUSY if _busy(amp_load) else amp_verdict([gain]), evidence=measured,
                             numbers=amp_n, contention=_as_dict(amp_load),
                             regime=f"bf16 autocast on this CPU, Net, Adam, batch {batch_size} and 32, {blocks}"))
     return out
