@@ -129,12 +129,14 @@ def main(width: int = 256, blocks: int = 2, batch_size: int = 64, steps: int = 3
         result = {"world_size": world, "backend": ctx.backend, "width": width, "blocks": blocks,
                   "batch_size": batch_size, "steps": steps, "precision": precision, "n_params": None,
                   "rows": [r for per_rank in gathered for r in per_rank], "machine": machine_info()}
+        lines = []  # rank 0 only: its rows carry the difference from the one-process reference
         if rank == 0:
             result["n_params"] = n_params
-        return finish(rank == 0, result, out, *(
-            f"{r['strategy']}: params {r['params'] / 2**20:.1f} MiB, grads {r['grads'] / 2**20:.1f}, optimizer "
-            f"{r['optimizer_state'] / 2**20:.1f}" + (f", peak {r['peak'] / 2**20:.1f}" if 'peak' in r else "")
-            + f"; max param diff vs one process {r.get('max_param_diff', float('nan')):.1e}" for r in rows))
+            lines = [f"{r['strategy']}: params {r['params'] / 2**20:.1f} MiB, grads {r['grads'] / 2**20:.1f}, "
+                     f"optimizer {r['optimizer_state'] / 2**20:.1f}"
+                     + (f", peak {r['peak'] / 2**20:.1f}" if 'peak' in r else "")
+                     + f"; max param diff vs one process {r['max_param_diff']:.1e}" for r in rows]
+        return finish(rank == 0, result, out, *lines)
 
 
 @entry  # expected errors: one message with the fix, exit code 2
