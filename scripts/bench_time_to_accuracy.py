@@ -144,7 +144,7 @@ def judge(doc_runs: list[dict], names: dict, info: dict, quick: bool, target_s: 
     return out
 
 
-def choose_settings(args, prior: dict | None, device) -> dict | None:
+def settings_for_fast(args, prior: dict | None, device) -> dict | None:
     """The per-machine settings of the fast recipes: those of the file being merged into, a --choice-from file, a
     fresh measurement (speedrun.choose_settings), or None (the quick mode, or a named --fast recipe). A
     --choice-from file that is not a choose_settings() result raises ValueError."""
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     print(f"machine: {describe(info)} (label {label})")
     try:
         base = speedrun.get_recipe(args.baseline, device)
-        choice = choose_settings(args, prior, device)
+        choice = settings_for_fast(args, prior, device)
         fast = (speedrun.fastest(device, choice["choice"] if choice else None, log=None) if args.fast == "fast"
                 else speedrun.get_recipe(args.fast, device))
     except ValueError as e:
