@@ -1,0 +1,365 @@
+"""The measurement harness of notebook 04 (04_batch_size_and_lr), shared by the lesson
+(``mnist_helpers/lessons/l04_batch_scaling.py``) and ``scripts/bench_batch_scaling.py``: the fair test of the
+article's batch-size claims and the rule that judges them.
+
+The code the sweep runs is the notebook's own, written in its cells and marked ``#@save`` (``scaled_lr``,
+``warmup_factor``, ``train_run``, ``BASE_LR``, ``BASE_BATCH``); ``make saved`` copies it into
+``mnist_helpers/saved.py`` and this module takes it from there, so the script runs the notebook's code and nothing is
+written twice.
+
+``fair_plan`` (the runs of a fair test: real doublings from the base batch, the same epochs for every batch, a
+warm-up of about one epoch; plus batch 8 against the base batch at equal epochs, and one tiny-step run labelled
+"where the rule breaks"), ``sweep`` (every run of a plan for every seed, calling back the functions it is given),
+``judge`` (the four claims' verdicts from the rows, with spread over seeds: the rule of the lesson's ``claims_04``
+and of ``bench_batch_scaling --rejudge``), ``summary`` (mean and spread per configuration, a DataFrame) and
+``regime`` (the configuration in one line).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable, Iterable
+
+import pandas as pd
+
+from mnist_helpers.claims import separated as _separated
+# notebook 04's code, written in its cells and generated into mnist_helpers/saved.py (`make saved`)
+from mnist_helpers.saved import BASE_BATCH, BASE_LR, scaled_lr, train_run, warmup_factor
+
+RULES = {"sgd": ("fixed", "linear", "linear+warmup"), "adam": ("fixed", "linear", "sqrt")}
+
+
+# ----------------------------------------------------------------- the harness
+
+def loss_noise(step_losses: list[float]) -> float:
+    """How noisy the steps are: standard deviation / mean of the per-step training loss over the second half of
+    training (nan when too short)."""
+    tail = [v for v in step_losses[len(step_losses) // 2:] if math.isfinite(v)]
+    if len(tail) < 2 or statistics.mean(tail) <= 0:
+        return float("nan")
+    return statistics.pstdev(tail) / statistics.mean(tail)
+
+
+def fair_plan(doublings: Iterable[int] = (128, 256, 512, 1024, 2048, 4096), *, num_epochs: int = 10,
+              adam_batches: Iterable[int] = (512, 2048), small_batch: int | None = 8, small_epochs: int = 1,
+              tiny_step_batch: int | None = 4096, tiny_step_epochs: int = 1, base_batch: int = BASE_BATCH) -> list[dict]:
+    """The runs of a fair test, one dict each (group, optimizer, rule, batch_size, num_epochs):
+
+    - ``doubling``: SGD at every batch of ``doublings`` (the base batch first, each the double of the last), with a
+      fixed LR and with the linear rule + warm-up, all for ``num_epochs``;
+    - ``adam``: Adam fixed at the base batch and fixed/linear/sqrt at ``adam_batches``, ``num_epochs``;
+    - ``batch8``: SGD and Adam at ``small_batch`` and at the base batch, fixed LR, ``small_epochs`` (equal epochs);
+    - ``tiny-step``: SGD linear + warm-up at ``tiny_step_batch`` for ``tiny_step_epochs``: "where the rule breaks"
+      (a handful of steps), compared with the base batch's ``batch8``-group run of the same epochs.
+    """
+    doublings = list(doublings)
+    if not doublings or doublings[0] != base_batch:
+        raise ValueError(f"doublings must start at the base batch {base_batch}, e.g. (128, 256, 512)")
+    for a, b in zip(doublings, doublings[1:]):
+        if b != 2 * a:
+            raise ValueError(f"doublings must double at each step; {a} -> {b} is not a doubling")
+    if num_epochs < 1 or small_epochs < 1 or tiny_step_epochs < 1:
+        raise ValueError("epochs must be at least 1")
+    plan = [dict(group="doubling", optimizer="sgd", rule="fixed", batch_size=base_batch, num_epochs=num_epochs)]
+    for b in doublings[1:]:
+        for rule in ("fixed", "linear+warmup"):
+            plan.append(dict(group="doubling", optimizer="sgd", rule=rule, batch_size=b, num_epochs=num_epochs))
+    adam_batches = [b for b in adam_batches if b != base_batch]
+    if adam_batches:
+        plan.append(dict(group="adam", optimizer="adam", rule="fixed", batch_size=base_batch, num_epochs=num_epochs))
+        for b in adam_batches:
+            for rule in RULES["adam"]:
+                plan.append(dict(group="adam", optimizer="adam", rule=rule, batch_size=b, num_epochs=num_epochs))
+    if small_batch:
+        for opt in ("sgd", "adam"):
+            for b in (small_batch, base_batch):
+                plan.append(dict(group="batch8", optimizer=opt, rule="fixed", batch_size=b, num_epochs=small_epochs))
+    if tiny_step_batch:
+        plan.append(dict(group="tiny-step", optimizer="sgd", rule="linear+warmup", batch_size=tiny_step_batch,
+                         num_epochs=tiny_step_epochs))
+    return plan
+
+
+def sweep(data, plan: list[dict], *, seeds: Iterable[int] = (0,), run: Callable = train_run,
+          lr_rule: Callable = scaled_lr, warmup: Callable = warmup_factor, model: str = "mlp",
+          base_batch: int = BASE_BATCH, base_lr: dict | None = None, warmup_epochs: float = 1.0,
+          on_run: Callable[[dict], None] | None = None) -> list[dict]:
+    """Every run of ``plan`` for every seed; one row per run. ``run``, ``lr_rule`` and ``warmup`` are the
+    notebook's functions (the defaults are this module's copies). Warm-up (``warmup_epochs``, capped at a quarter
+    of the run) applies to the ``linear+warmup`` rule above the base batch. ``on_run(row)`` after each run."""
+    base_lr = {**BASE_LR, **(base_lr or {})}
+    seeds = list(seeds)
+    if not seeds:
+        raise ValueError("seeds must list at least one seed, e.g. (0, 1, 2)")
+    rows = []
+    for seed in seeds:
+        for p in plan:
+            if p["optimizer"] not in RULES:
+                raise ValueError(f"optimizer must be sgd or adam, got {p['optimizer']!r}")
+            lr = lr_rule(p["rule"], base_lr[p["optimizer"]], base_batch, p["batch_size"])
+            wu = min(warmup_epochs, p["num_epochs"] / 4) if p["rule"] == "linear+warmup" else 0.0
+            m = run(data, batch_size=p["batch_size"], lr=lr, optimizer_name=p["optimizer"], model=model,
+                    num_epochs=p["num_epochs"], warmup_epochs=wu, warmup_from=base_lr[p["optimizer"]], seed=seed,
+                    warmup=warmup)
+            losses = m.pop("step_losses")
+            last = losses[-max(1, len(losses) // 10):]
+            diverged = not all(math.isfinite(v) for v in last + [m["test_loss"]]) or \
+                max(statistics.mean(last), m["test_loss"]) > 1.5 * math.log(10)
+            row = {**p, "seed": seed, "lr": lr, "warmup_epochs": wu, **m, "gap": m["train_acc"] - m["test_acc"],
+                   "loss_noise": loss_noise(losses), "diverged": diverged, "train_images": len(data[0])}
+            rows.append(row)
+            if on_run:
+                on_run(row)
+    return rows
+
+
+def separated(a, b) -> bool:
+    """``claims.separated`` for seeds: two sets of at least two seeds each whose values do not overlap. One seed
+    against one seed is never "separated": a single pair of runs says nothing about the noise."""
+    a, b = list(a), list(b)
+    return len(a) >= 2 and len(b) >= 2 and _separated(a, b)
+
+
+# Two test accuracies closer than this count as the same (0.3 points: about twice the binomial standard error of an
+# accuracy near 98% on 10,000 test images, sqrt(0.98 * 0.02 / 10,000) = 0.14 points), even when the seeds separate them.
+SAME_ACC = 0.003
+# A configuration is unstable when a run diverges or its final accuracy scatters across seeds by more than this
+# (1 point of standard deviation, and 3x the base batch's): both can come out either way, unlike step-loss noise.
+UNSTABLE_SD = 0.01
+
+
+def below(a, b, tol: float = SAME_ACC) -> bool:
+    """Accuracies ``a`` clearly below ``b``: the seeds do not overlap and the means differ by more than ``tol``."""
+    return separated(a, b) and _m(a) < _m(b) - tol
+
+
+def _pick(rows, group, optimizer, rule, batch_size, key="test_acc"):
+    return [r[key] for r in rows if r["group"] == group and r["optimizer"] == optimizer and r["rule"] == rule
+            and r["batch_size"] == batch_size]
+
+
+def _m(xs):
+    return statistics.mean(xs) if xs else float("nan")
+
+
+def _sd(xs):
+    return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+
+def _pct(xs):  # "98.1±0.1" (percent, one decimal), or "98.1" for one seed
+    return f"{100 * _m(xs):.1f}" + (f"±{100 * _sd(xs):.1f}" if len(xs) > 1 else "")
+
+
+def summary(rows: list[dict]) -> pd.DataFrame:
+    """Mean and spread over seeds per (group, optimizer, rule, batch size): a DataFrame."""
+    keys = []
+    for r in rows:
+        k = (r["group"], r["optimizer"], r["rule"], r["batch_size"], r["num_epochs"])
+        if k not in keys:
+            keys.append(k)
+    out = []
+    for g, o, rule, b, e in keys:
+        rs = [r for r in rows if (r["group"], r["optimizer"], r["rule"], r["batch_size"], r["num_epochs"])
+              == (g, o, rule, b, e)]
+        acc = [r["test_acc"] for r in rs]
+        out.append({"group": g, "optimizer": o, "rule": rule, "batch_size": b, "epochs": e, "lr": rs[0]["lr"],
+                    "steps": rs[0]["steps"], "seeds": len(rs), "test_acc": _m(acc), "test_acc_sd": _sd(acc),
+                    "gap": _m([r["gap"] for r in rs]), "loss_noise": _m([r["loss_noise"] for r in rs]),
+                    "images_per_s": _m([r["images_per_s"] for r in rs]),
+                    "diverged": sum(r["diverged"] for r in rs)})
+    return pd.DataFrame(out)
+
+
+def judge(rows: list[dict], base_batch: int = BASE_BATCH, busy: str | None = None) -> dict[str, dict]:
+    """The four claims' verdicts from ``sweep`` rows of a ``fair_plan``: ``{claim id: {verdict, evidence,
+    numbers}}``. An accuracy difference counts only when the seeds' values do not overlap (``separated``: at least
+    two seeds each) and it exceeds ``SAME_ACC``; with one seed nothing is separated, so no accuracy difference counts. ``busy``: ``claims.busy_verdict`` of the
+    timings (only the speed part of 04.batch4096 depends on time)."""
+    if not rows:
+        raise ValueError("no runs: call sweep() first")
+    judged = {f"04.{name}": fn(rows, base_batch, busy) for name, fn in (
+        ("double_batch_double_lr", _judge_double_batch_double_lr), ("adam_complicated", _judge_adam_complicated),
+        ("batch8_unstable", _judge_batch8_unstable), ("batch4096", _judge_batch4096))}
+    return {cid: v for cid, v in judged.items() if v is not None}
+
+
+def _judge_double_batch_double_lr(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.double_batch_double_lr: double the batch, double the LR (SGD, with warm-up); None when the sweep has no runs
+    for it."""
+    base = _pick(rows, "doubling", "sgd", "fixed", base_batch)
+    bigs = sorted({r["batch_size"] for r in rows if r["group"] == "doubling" and r["batch_size"] > base_batch})
+    if not (base and bigs):
+        return None
+    lin = {b: _pick(rows, "doubling", "sgd", "linear+warmup", b) for b in bigs}
+    fix = {b: _pick(rows, "doubling", "sgd", "fixed", b) for b in bigs}
+    kept = {b: not below(lin[b], base) for b in bigs}  # the rule's promise: the base batch's accuracy
+    beats = {b: below(fix[b], lin[b]) for b in bigs}
+    upto = 0
+    for b in bigs:
+        if not kept[b]:
+            break
+        upto = b
+    if len(base) < 2:
+        verdict = "inconclusive"  # one seed: no spread to judge a difference against
+    elif upto == bigs[-1]:
+        verdict = "holds"
+    elif upto:
+        verdict = "holds with nuance"
+    else:
+        verdict = "does not hold here"
+    numbers = {"base_batch": base_batch, "batches": bigs, "base_acc": _m(base), "base_acc_sd": _sd(base),
+               "linear_acc": [_m(lin[b]) for b in bigs], "linear_acc_sd": [_sd(lin[b]) for b in bigs],
+               "fixed_acc": [_m(fix[b]) for b in bigs], "fixed_acc_sd": [_sd(fix[b]) for b in bigs],
+               "holds_up_to_batch": upto, "linear_beats_fixed_at": [b for b in bigs if beats[b]],
+               "seeds": len(base)}
+    ev = (f"batch {'/'.join(map(str, bigs))}, LR x batch/{base_batch} + warm-up: "
+          + "/".join(f"{100 * _m(lin[b]):.1f}" for b in bigs)
+          + f"% vs batch {base_batch}: {_pct(base)}%; fixed LR: " + "/".join(f"{100 * _m(fix[b]):.1f}" for b in bigs)
+          + (f"% (sd <= {100 * max(_sd(x) for x in list(lin.values()) + list(fix.values())):.1f} pt)"
+             if len(base) > 1 else "% (one seed)"))
+    numbers["max_sd"] = max(_sd(x) for x in list(lin.values()) + list(fix.values()))
+    tiny = [r for r in rows if r["group"] == "tiny-step"]
+    if tiny:
+        tb, te = tiny[0]["batch_size"], tiny[0]["num_epochs"]
+        tiny_acc = [r["test_acc"] for r in tiny]
+        ref = _pick([r for r in rows if r["num_epochs"] == te], "batch8", "sgd", "fixed", base_batch)
+        numbers.update({"tiny_step_batch": tb, "tiny_step_steps": tiny[0]["steps"], "tiny_step_acc": _m(tiny_acc),
+                        "tiny_step_ref_acc": _m(ref)})
+        ev += (f"; where the rule breaks: batch {tb} for {te} epoch(s) ({tiny[0]['steps']} steps) "
+               f"{100 * _m(tiny_acc):.1f}%" + (f" vs {100 * _m(ref):.1f}% at batch {base_batch}" if ref else ""))
+    return {"verdict": verdict, "evidence": ev, "numbers": numbers}
+
+
+def _judge_adam_complicated(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.adam_complicated: Adam is more complicated: is the linear rule Adam's rule too?; None when the sweep has no
+    runs for it."""
+    abigs = sorted({r["batch_size"] for r in rows if r["group"] == "adam" and r["batch_size"] > base_batch})
+    if not abigs:
+        return None
+    b = abigs[-1]
+    a = {rule: _pick(rows, "adam", "adam", rule, b) for rule in RULES["adam"]}
+    a_base = _pick(rows, "adam", "adam", "fixed", base_batch)
+    other = max(("fixed", "sqrt"), key=lambda k: _m(a[k]))
+    if below(a["linear"], a[other]):
+        verdict = "holds"
+    elif below(a[other], a["linear"]):
+        verdict = "does not hold here"
+    else:
+        verdict = "inconclusive"
+    numbers = {"batch": b, "base_batch": base_batch, "base_acc": _m(a_base),
+               **{f"{k}_acc": _m(v) for k, v in a.items()}, **{f"{k}_acc_sd": _sd(v) for k, v in a.items()},
+               "lr": {k: scaled_lr(k, BASE_LR["adam"], base_batch, b) for k in a},
+               "linear_diverged": sum(r["diverged"] for r in rows if r["group"] == "adam" and r["rule"] == "linear"
+                                      and r["batch_size"] == b)}
+    ev = (f"Adam at batch {b}: fixed {_pct(a['fixed'])}%, linear {_pct(a['linear'])}%, sqrt {_pct(a['sqrt'])}% "
+          f"(batch {base_batch}: {_pct(a_base)}%)")
+    numbers.update({"fixed_acc_sd": _sd(a["fixed"]), "base_acc_sd": _sd(a_base)})
+    return {"verdict": verdict, "evidence": ev, "numbers": numbers}
+
+
+def _judge_batch8_unstable(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.batch8_unstable: batch 8 is unstable: judged on what can come out either way (runs that diverge, final
+    accuracy that scatters across seeds), not on the step-loss noise, which is higher at batch 8 by construction
+    (8 images a step); None when the sweep has no runs for it."""
+    smalls = sorted({r["batch_size"] for r in rows if r["group"] == "batch8" and r["batch_size"] < base_batch})
+    if not smalls:
+        return None
+    s = smalls[0]
+    parts, unstable, seeds, numbers = [], {}, 0, {"batch": s, "base_batch": base_batch,
+                                                 "unstable_sd": UNSTABLE_SD}
+    for opt in ("sgd", "adam"):
+        a8, a0 = _pick(rows, "batch8", opt, "fixed", s), _pick(rows, "batch8", opt, "fixed", base_batch)
+        if not (a8 and a0):
+            continue
+        seeds = min(len(a8), len(a0))
+        n8 = _pick(rows, "batch8", opt, "fixed", s, "loss_noise")
+        n0 = _pick(rows, "batch8", opt, "fixed", base_batch, "loss_noise")
+        d8 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", s, "diverged"))
+        d0 = sum(bool(x) for x in _pick(rows, "batch8", opt, "fixed", base_batch, "diverged"))
+        lr = next((r.get("lr", BASE_LR[opt]) for r in rows if r["group"] == "batch8" and r["optimizer"] == opt
+                   and r["batch_size"] == s), BASE_LR[opt])
+        scatters = seeds >= 2 and _sd(a8) > max(UNSTABLE_SD, 3 * _sd(a0))
+        unstable[opt] = d8 > d0 or scatters
+        ends = ("better" if below(a0, a8) else "worse" if below(a8, a0) else
+                "the same within the noise" if seeds >= 2 else "(one seed: not compared)")
+        numbers.update({f"{opt}_lr": lr, f"{opt}_acc": _m(a8), f"{opt}_acc_sd": _sd(a8), f"{opt}_base_acc": _m(a0),
+                        f"{opt}_base_acc_sd": _sd(a0), f"{opt}_diverged": d8, f"{opt}_base_diverged": d0,
+                        f"{opt}_noise": _m(n8), f"{opt}_base_noise": _m(n0), f"{opt}_unstable": unstable[opt]})
+        lr_note = (f"LR {lr:g} unscaled, the linear rule would give {lr * s / base_batch:.2g}" if opt == "sgd"
+                   else f"LR {lr:g}, the article's")
+        numbers[f"{opt}_linear_lr"] = lr * s / base_batch
+        parts.append(f"{'SGD' if opt == 'sgd' else 'Adam'} ({lr_note}): acc {_pct(a8)}% vs {_pct(a0)}%, "
+                     f"{d8} diverged, batch {s} ends {ends}")
+    numbers["seeds"] = seeds
+    if not unstable:
+        verdict = "inconclusive"
+    elif unstable.get("adam"):
+        verdict = "holds"              # unstable with the article's optimizer
+    elif any(unstable.values()):
+        verdict = "holds with nuance"  # only SGD at a learning rate the linear rule would cut 16-fold
+    elif seeds < 2:
+        verdict = "inconclusive"       # nothing diverged, and one seed shows no scatter
+    else:
+        verdict = "does not hold here"
+    epochs = next(r["num_epochs"] for r in rows if r["group"] == "batch8")
+    return {
+        "verdict": verdict, "numbers": numbers,
+        "evidence": (f"batch {s} vs {base_batch}, {epochs} epoch(s) each, unstable = a run diverges or the seeds' "
+                     f"accuracy scatters (sd > {100 * UNSTABLE_SD:.0f} pt): " + "; ".join(parts))}
+
+
+def _judge_batch4096(rows: list[dict], base_batch: int, busy: str | None) -> dict | None:
+    """04.batch4096: batch 4096 (the largest doubling) is fast but generalises worse: generalisation judged on the
+    train-test gap (a lower test accuracy after fewer steps is under-training, not worse generalisation); None
+    when the sweep has no runs for it."""
+    base = _pick(rows, "doubling", "sgd", "fixed", base_batch)
+    bigs = sorted({r["batch_size"] for r in rows if r["group"] == "doubling" and r["batch_size"] > base_batch})
+    if not (bigs and base):
+        return None
+    top = bigs[-1]
+    cands = {rule: _pick(rows, "doubling", "sgd", rule, top) for rule in ("fixed", "linear+warmup")}
+    best = max(cands, key=lambda k: _m(cands[k]))
+    t_acc = cands[best]
+    ips_t = _pick(rows, "doubling", "sgd", best, top, "images_per_s")
+    ips_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "images_per_s")
+    gap_t = _pick(rows, "doubling", "sgd", best, top, "gap")
+    gap_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "gap")
+    steps_t = _pick(rows, "doubling", "sgd", best, top, "steps")[0]
+    steps_0 = _pick(rows, "doubling", "sgd", "fixed", base_batch, "steps")[0]
+    speed = _m(ips_t) / _m(ips_0)
+    fast = separated(ips_t, ips_0) and speed > 1.1
+    wider = separated(gap_t, gap_0) and _m(gap_t) > _m(gap_0) + SAME_ACC
+    narrower = separated(gap_t, gap_0) and _m(gap_t) < _m(gap_0) - SAME_ACC
+    if narrower:
+        verdict = "does not hold here"     # the gap shrank: not worse generalisation, whatever the speed
+    elif busy:
+        verdict = busy
+    elif wider:
+        verdict = "holds" if fast else "holds with nuance"   # generalises worse; fast only if measured so
+    else:
+        verdict = "inconclusive"           # the gaps overlap (or one seed)
+    numbers = {"batch": top, "base_batch": base_batch, "rule": best, "speedup": speed, "steps": steps_t,
+               "base_steps": steps_0, "images_per_s": _m(ips_t), "base_images_per_s": _m(ips_0),
+               "acc": _m(t_acc), "acc_sd": _sd(t_acc), "base_acc": _m(base), "base_acc_sd": _sd(base),
+               "gap": _m(gap_t), "base_gap": _m(gap_0), "fast": fast, "wider_gap": wider,
+               "narrower_gap": narrower}
+    word = ("wider" if wider else "narrower" if narrower else
+            "inside the noise" if len(gap_0) > 1 else "one seed: not compared")
+    return {
+        "verdict": verdict, "numbers": numbers,
+        "evidence": (f"batch {top} ({best}) vs {base_batch}, same epochs ({steps_t} vs {steps_0} steps; no "
+                     f"equal-steps run): {speed:.2f}x the images/s; train-test gap {100 * _m(gap_t):+.2f} vs "
+                     f"{100 * _m(gap_0):+.2f} pt ({word}); test {_pct(t_acc)}% vs {_pct(base)}% (fewer steps)")}
+
+
+def regime(rows: list[dict], model: str = "mlp") -> str:
+    """One line: the configuration the sweep's claims were tested in."""
+    seeds = sorted({r["seed"] for r in rows})
+    d = [r for r in rows if r["group"] == "doubling"]
+    epochs = d[0]["num_epochs"] if d else rows[0]["num_epochs"]
+    top = max((r["batch_size"] for r in d), default=0)
+    top_steps = max((r["steps"] for r in d if r["batch_size"] == top), default=0)
+    wu = max((r["warmup_epochs"] for r in d), default=0.0)
+    return (f"{model}, {rows[0]['train_images']:,} training images in memory (drop_last), {epochs} epochs per run "
+            f"(batch {top}: {top_steps} steps), SGD momentum 0.9 LR {BASE_LR['sgd']} / Adam {BASE_LR['adam']} at "
+            f"batch {BASE_BATCH}, warm-up {wu:g} epoch, {len(seeds)} seed(s), 1 thread, CPU")
