@@ -5,14 +5,18 @@ fsync, rename, fsync of the folder), ``write_json(path, obj)`` for every results
 ``atomic_save(obj, path)`` for every ``torch.save`` snapshot. A run killed mid-write leaves the previous
 file or none, never a truncated one that the next notebook cell fails to parse.
 ``check_writable(path, flag)`` is called by every command before it trains: a run never trains for an
-hour and then fails to write its results.
+hour and then fails to write its results. ``sync_generated(files, check=..., remake=...)`` is the one ending of every
+generator (`make claims`, `make tables`, `make saved`, `make exercises`): write what changed, or with ``--check`` write
+nothing, show the difference and exit 1.
 """
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -116,3 +120,30 @@ def check_writable(path, flag: str = "--out") -> Path:
         raise PathError(f"{flag} {path} cannot be written: {e.strerror or e} (in {folder})",
                         f"point {flag} at a folder you can write, e.g. {example}") from None
     return path
+
+
+def sync_generated(files, *, check: bool, remake: str, root=None, out=None) -> int:
+    """Bring generated files up to date, or (``check``) only say which are not.
+
+    ``files``: ``(path, text)`` pairs, the text each file should hold. A file whose text differs is written
+    atomically (``--check``: not written; its difference is shown and ``remake``, the command that regenerates it,
+    is named). Paths are printed relative to ``root`` when under it. Returns the exit code: 1 if ``check`` found a
+    stale file, else 0."""
+    out = out or sys.stdout
+    stale = 0
+    for path, text in files:
+        path = Path(path)
+        old = path.read_text(encoding="utf-8") if path.is_file() else ""
+        name = str(path.relative_to(root)) if root and path.is_relative_to(root) else path.name
+        if old == text:
+            print(f"{name}: already current", file=out)
+        elif check:
+            stale += 1
+            out.writelines(difflib.unified_diff(old.splitlines(True), text.splitlines(True), name,
+                                                f"{name} (generated)", n=0))
+            print(f"{name} is not current: run `{remake}`", file=out)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(path, text.encode("utf-8"))
+            print(f"{name}: regenerated ({text.count(chr(10)) - old.count(chr(10)):+d} lines)", file=out)
+    return 1 if stale else 0

@@ -1,7 +1,7 @@
 """Write the exercises of ``mnist_helpers.exercises`` into the notebooks, and their solutions next to them.
 
     .venv/bin/python scripts/build_exercises.py            # update notebooks/NN_*.ipynb and notebooks/solutions/
-    .venv/bin/python scripts/build_exercises.py --check    # exit 1 if any notebook's exercise cells drifted
+    .venv/bin/python scripts/build_exercises.py --check    # exit 1 if a notebook or solutions file is not current
 
 The exercise cells go at the very end of each notebook, *after* its "What we measured" summary, so they can
 never change a variable the summary reads. They are marked with the cell metadata key ``exercise`` ("NN" for the
@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from mnist_helpers.exercises import for_notebook  # noqa: E402
+from mnist_helpers.io import atomic_write, sync_generated  # noqa: E402
 
 KEY = "exercise"
 KERNEL = {"kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
@@ -79,24 +80,38 @@ def expected_and_actual(path: Path) -> tuple[list, list]:
     return _plain(exercise_cells(path.name[:2])), _plain([c for c in nb.cells if KEY in c.metadata])
 
 
-def update(path: Path) -> bool:
-    """Rewrite ``path`` with fresh exercise cells at the end; return True if the file changed."""
-    before = path.read_text(encoding="utf-8")
+def _text(nb) -> str:
+    """The file ``nbformat.write`` makes of ``nb``."""
+    nbformat.validator.normalize(nb)
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
+
+
+def with_exercises(path: Path) -> str:
+    """The text of notebook ``path`` with fresh exercise cells at the end (and every earlier one removed)."""
     nb = nbformat.read(path, as_version=4)
     nb.cells = [c for c in nb.cells if KEY not in c.metadata] + exercise_cells(path.name[:2])
-    nbformat.validator.normalize(nb)
-    nbformat.write(nb, path)
-    return path.read_text(encoding="utf-8") != before
+    return _text(nb)
 
 
-def write_solutions(path: Path, out_dir: Path) -> Path | None:
-    nn = path.name[:2]
-    if not for_notebook(nn):
-        return None
-    out_dir.mkdir(parents=True, exist_ok=True)
-    target = out_dir / f"{nn}_solutions.ipynb"
-    nbformat.write(solutions_notebook(nn, path.name), target)
-    return target
+def generated(folder: Path) -> list[tuple[Path, str]]:
+    """Every file the exercises source makes: each notebook with its exercise cells, and its solutions notebook."""
+    files = []
+    for path in notebook_paths(folder):
+        nn = path.name[:2]
+        files.append((path, with_exercises(path)))
+        if for_notebook(nn):
+            files.append((folder / "solutions" / f"{nn}_solutions.ipynb", _text(solutions_notebook(nn, path.name))))
+    return files
+
+
+def update(path: Path) -> bool:
+    """Rewrite ``path`` with fresh exercise cells at the end; return True if the file changed."""
+    text = with_exercises(path)
+    if text == path.read_text(encoding="utf-8"):
+        return False
+    atomic_write(path, text.encode("utf-8"))
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -105,24 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="only report drift; exit 1 if any")
     args = ap.parse_args(argv)
     folder = Path(args.notebooks)
-    paths = notebook_paths(folder)
-    if not paths:
+    if not notebook_paths(folder):
         raise SystemExit(f"no NN_*.ipynb notebooks under {folder}: pass --notebooks <folder>")
-    drift = 0
-    for path in paths:
-        if args.check:
-            want, have = expected_and_actual(path)
-            if want != have:
-                drift += 1
-                print(f"drifted: {path.name} ({len(have)} exercise cells, the source makes {len(want)})")
-            continue
-        changed = update(path)
-        sol = write_solutions(path, folder / "solutions")
-        n = len(for_notebook(path.name[:2]))
-        print(f"{path.name:<40} {n} exercises {'updated' if changed else 'unchanged'}"
-              + (f"; solutions: {sol.relative_to(folder)}" if sol else "; (no exercises in the source)"))
-    return 1 if drift else 0
-
+    return sync_generated(generated(folder), check=args.check, remake="make exercises", root=folder.parent)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from mnist_helpers.io import sync_generated  # noqa: E402
 from mnist_helpers.series import NOTEBOOKS  # noqa: E402
 
 OUT = ROOT / "mnist_helpers" / "saved.py"
@@ -147,19 +148,7 @@ def main(argv=None) -> int:
     except SaveError as e:
         print(f"error: {e}\nfix: import the name in the notebook, or mark its definition {MARK}", file=sys.stderr)
         return 2
-    current = OUT.read_text() if OUT.exists() else ""
-    if args.check:
-        if text != current:
-            print(f"{OUT.relative_to(ROOT)} is not current: run `make saved`", file=sys.stderr)
-            return 1
-        return 0
-    if text != current:
-        OUT.write_text(text)
-        print(f"wrote {OUT.relative_to(ROOT)}")
-    else:
-        print(f"{OUT.relative_to(ROOT)} is current")
-    return 0
-
+    return sync_generated([(OUT, text)], check=args.check, remake="make saved", root=ROOT)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -107,6 +107,11 @@ def test_build_is_idempotent(tmp_path):
     build.update(copy)
     first = copy.read_text(encoding="utf-8")
     assert build.update(copy) is False and copy.read_text(encoding="utf-8") == first
+    solutions = tmp_path / "solutions" / f"{src.name[:2]}_solutions.ipynb"
+    assert build.main(["--notebooks", str(tmp_path), "--check"]) == 1, "--check finds the missing solutions file"
+    assert not solutions.exists(), "--check writes nothing"
+    assert build.main(["--notebooks", str(tmp_path)]) == 0 and solutions.exists()
+    assert copy.read_text(encoding="utf-8") == first
     assert build.main(["--notebooks", str(tmp_path), "--check"]) == 0
 
 
