@@ -65,8 +65,9 @@ def test_restart_command_shapes():
 
 
 def test_the_trials_are_a_script_and_the_worker_only_a_worker(tmp_path):
-    """The rates over many trials are ``scripts/bench_restarts.py`` (it imports the lesson); the worker being killed
-    imports nothing of the series and takes no ``--trials``. Both refuse a bad command line before running anything."""
+    """The rates over many trials are ``scripts/bench_restarts.py`` (it imports ``mnist_helpers.scaling``); the
+    worker being killed imports nothing of the series and takes no ``--trials``. Both refuse a bad command line
+    before running anything."""
     import subprocess
     import sys
     from pathlib import Path

@@ -1,6 +1,7 @@
 """Scaling sweeps, the AllReduce micro-benchmark and DDP communication settings (notebook 07)."""
 import pytest
 
+from mnist_helpers import scaling as harness  # the core harness: the sweeps call its measure_step
 from mnist_helpers.lessons import l07_scaling as scaling
 from mnist_helpers.workers.bench.allreduce import parse_variants
 
@@ -69,12 +70,12 @@ def test_sweep_arithmetic(monkeypatch):
         return {"images_per_s": 100.0 * (1.8 if nproc == 2 else 1), "step_s": batch_size * nproc / 100.0,
                 "comm_fraction": 0.1 * (nproc - 1), "backend": "gloo", "device": "cpu"}
 
-    monkeypatch.setattr(scaling, "measure_step", fake)
+    monkeypatch.setattr(harness, "measure_step", fake)
     weak = scaling.weak_scaling([1, 2], batch_size=128, rounds=2)
     assert [r["global_batch_size"] for r in weak] == [128, 256]
     assert weak[1]["speedup"] == pytest.approx(1.8) and weak[1]["efficiency"] == pytest.approx(0.9)
     calls = []
-    monkeypatch.setattr(scaling, "measure_step", lambda n, b, **kw: calls.append((n, b)) or fake(n, b))
+    monkeypatch.setattr(harness, "measure_step", lambda n, b, **kw: calls.append((n, b)) or fake(n, b))
     strong = scaling.strong_scaling([1, 2], global_batch_size=128, reuse=weak)
     assert [r["batch_size"] for r in strong] == [128, 64]
     assert calls == [(2, 64)]  # 1 x 128 came from the weak sweep

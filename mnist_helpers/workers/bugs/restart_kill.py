@@ -13,8 +13,8 @@ starts the whole group again; the second attempt must form a new process group a
     python -m torch.distributed.run --nnodes 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29411 \\
         --nproc-per-node 2 --max-restarts 2 -m mnist_helpers.workers.bugs.restart_kill --out /tmp/r.json
 
-The success rates over many such jobs (every configuration of ``l07_scaling.RESTART_CONFIGS``, N trials each):
-``python scripts/bench_restarts.py --trials 5``.
+The success rates over many such jobs (every configuration of ``mnist_helpers.scaling.RESTART_CONFIGS``, N trials
+each): ``python scripts/bench_restarts.py --trials 5``.
 """
 from __future__ import annotations
 
