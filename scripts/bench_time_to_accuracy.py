@@ -37,10 +37,9 @@ from pathlib import Path
 
 import torch
 
-from mnist_helpers import claims
+from mnist_helpers import claims, speedrun
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
-from mnist_helpers.lessons import l10_speedrun as speedrun
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.train import select_device

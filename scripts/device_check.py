@@ -144,7 +144,7 @@ def machine(s: Section) -> None:
                         multiprocessors=p.multi_processor_count, bf16=torch.cuda.is_bf16_supported())
         versions["nccl"] = s.run("nccl version", lambda: ".".join(map(str, torch.cuda.nccl.version())))
     s.save(versions=versions, tools=tools, matmul_peak_flops={})
-    from mnist_helpers.lessons import l10_speedrun as speedrun
+    from mnist_helpers import speedrun
 
     n = 512 if s.dry else 8192
     dtypes = [("float32 (IEEE)", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
@@ -207,7 +207,7 @@ def speedrun_chain(s: Section) -> None:
     """Notebook 10's ladder, one seed each. Recipes without a schedule stop at 99.0% with enough epochs to reach
     it; scheduled ones run their horizon (their 99.5% needs the end of the schedule). The article's step runs
     last: time_to_accuracy already measured it, so a time limit costs the ladder its least new number."""
-    from mnist_helpers.lessons import l10_speedrun as speedrun
+    from mnist_helpers import speedrun
     from mnist_helpers.models import build_model, flops_per_image
 
     runs, skipped = [], {}

@@ -351,14 +351,16 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
             raise RuntimeError("index -1 is out of bounds for dimension 1 with size 784")
         return forward
 
+    from mnist_helpers import speedrun as harness  # time_to_accuracy's module: the names it reads are patched there
+
     monkeypatch.setattr(torch, "compile", broken_compile)
-    monkeypatch.setattr(speedrun.shutil, "which", lambda name: f"/usr/bin/{name}")  # no compiler needed: nothing runs
+    monkeypatch.setattr(harness.shutil, "which", lambda name: f"/usr/bin/{name}")  # no compiler needed: nothing runs
     recipe = speedrun.get_recipe("compile").replace(amp="none", channels_last=False)
     run = speedrun.time_to_accuracy(recipe, (0.5,), seed=0, max_steps=4, **TINY)
     assert run["steps"] == 4 and any("compiled step failed" in n and "eager" in n for n in run["notes"])
     assert "(note: the compiled step failed" in speedrun.run_line(run)
     with pytest.raises(RuntimeError, match="out of bounds"):  # an eager recipe's failure is never swallowed
-        monkeypatch.setattr(speedrun, "train_step", lambda *a, **k: broken_compile(None)())
+        monkeypatch.setattr(harness, "train_step", lambda *a, **k: broken_compile(None)())
         speedrun.time_to_accuracy(recipe.replace(compile=False), (0.5,), seed=0, max_steps=4, **TINY)
 
 
