@@ -17,7 +17,6 @@ document. A claim no reference holds is listed as "not measured yet", never judg
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
 import re
 import shutil
@@ -29,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from mnist_helpers import claims  # noqa: E402
 from mnist_helpers.errors import UsageError, cli_entry  # noqa: E402
+from mnist_helpers.io import sync_generated  # noqa: E402
 from mnist_helpers import speedrun  # noqa: E402
 from mnist_helpers.paths import reference_dir, results_dir  # noqa: E402
 
@@ -301,30 +301,9 @@ def main(argv=None) -> int:
         print(f"kept {keep(name).relative_to(ROOT)}")
     summary, doc = generate()
     readme_path, doc_path = Path(args.readme), Path(args.doc)
-    old_readme = readme_path.read_text()
-    old_doc = doc_path.read_text() if doc_path.is_file() else ""
-    files = [(readme_path, "README.md's claims summary", old_readme, replace_table(old_readme, summary)),
-             (doc_path, doc_path.name, old_doc, doc)]
-    if args.check:
-        stale = False
-        for path, what, old, new in files:
-            if old != new:
-                stale = True
-                sys.stdout.writelines(difflib.unified_diff(old.splitlines(True), new.splitlines(True),
-                                                           path.name, f"{path.name} (generated)"))
-                print(f"{what} is not current: run `make claims`")
-        if not stale:
-            print("README.md's claims summary and docs/CLAIMS.md are current")
-        return int(stale)
-    for path, what, old, new in files:
-        if old != new:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(new)
-            print(f"{what}: regenerated ({new.count(chr(10)) - old.count(chr(10)):+d} lines)")
-        else:
-            print(f"{what}: already current")
-    return 0
-
+    readme = readme_path.read_text()
+    return sync_generated([(readme_path, replace_table(readme, summary)), (doc_path, doc)], check=args.check,
+                          remake="make claims", root=ROOT)
 
 if __name__ == "__main__":
     sys.exit(main())
