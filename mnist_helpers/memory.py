@@ -22,8 +22,8 @@ transient part only; that is why they must be read separately.
 ``run_isolated(fn, **kwargs)`` runs a module-level package function in a fresh Python process and
 adds that process's RSS high-water mark: a cross-check on CPU that counts everything (the allocator's
 slack, libraries), and the only safe way to set ``PYTORCH_CUDA_ALLOC_CONF`` (it is read once, when
-CUDA initialises). The notebook's experiments on leaks and the CUDA caching allocator live in
-``mnist_helpers.lessons.l05_precision_memory``.
+CUDA initialises). The notebook's experiments on leaks live in ``mnist_helpers.lessons.l05_precision_memory``, those
+on the CUDA caching allocator in ``mnist_helpers.precision``.
 
 The batch-size finder (08; the ``oom`` worker runs it): :func:`find_batch_size` halves from a start until
 ``fits(batch_size)`` runs without an out-of-memory error, :func:`train_step_probe` makes such a ``fits`` (one

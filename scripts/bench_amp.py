@@ -26,14 +26,14 @@ from mnist_helpers.data import load_mnist
 from mnist_helpers.display import show
 from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import check_writable, write_json
-from mnist_helpers.lessons.l05_precision_memory import (accumulation_memory, allocator_fragmentation,
-                                                        compare_precisions, deprecated_amp_warnings, empty_cache_cost)
 from mnist_helpers.memory import run_isolated
 from mnist_helpers.paths import results_dir
+from mnist_helpers.precision import (accumulation_memory, allocator_fragmentation, compare_precisions,
+                                     deprecated_amp_warnings, empty_cache_cost)
 from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.train import select_device
 
-# run_isolated runs l05_precision_memory.allocator_fragmentation in a fresh process (PYTORCH_CUDA_ALLOC_CONF read there)
+# run_isolated runs precision.allocator_fragmentation in a fresh process (PYTORCH_CUDA_ALLOC_CONF read there)
 FRAGMENTATION = allocator_fragmentation
 FORMATS = {"images_per_s": "{:,.0f}", "speedup": "{:.2f}", "peak_mib": "{:.1f}", "persistent_mib": "{:.1f}",
            "transient_mib": "{:.1f}", "transient_ratio": "{:.2f}", "test_acc": "{:.2%}", "max_grad_diff": "{:.1e}"}

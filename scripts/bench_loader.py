@@ -44,8 +44,8 @@ def main(argv=None) -> int:
 
     import torch
     from mnist_helpers.display import show
+    from mnist_helpers.feeding import feed_rates
     from mnist_helpers.io import check_writable, write_json
-    from mnist_helpers.lessons.l03_dataloader import feed_rates
     from mnist_helpers.paths import results_dir
     from mnist_helpers.resources import describe, machine_info
 

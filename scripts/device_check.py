@@ -236,15 +236,15 @@ def speedrun_chain(s: Section) -> None:
 
 def amp(s: Section) -> None:
     """compare_precisions per batch size: IEEE fp32 (TF32 off) first, then TF32, bf16, fp16 + GradScaler."""
+    from mnist_helpers import precision
     from mnist_helpers.data import load_mnist
-    from mnist_helpers.lessons import l05_precision_memory as lesson
 
     X, y, Xt, yt = load_mnist(device=s.device, subset=(1024, 500) if s.dry else (16384, 10000))
     wanted = ("fp32", "bf16") if s.dry else ("fp32", "tf32", "bf16", "fp16+scaler", "bf16 channels_last")
-    modes = [m for m in wanted if m in lesson.MODES]
-    s.save(modes=modes, missing_modes=[m for m in wanted if m not in lesson.MODES], rows=[])
+    modes = [m for m in wanted if m in precision.MODES]
+    s.save(modes=modes, missing_modes=[m for m in wanted if m not in precision.MODES], rows=[])
     for bs in (128,) if s.dry else (128, 512, 2048):
-        rows = s.run(f"batch {bs}", lambda: lesson.compare_precisions(
+        rows = s.run(f"batch {bs}", lambda: precision.compare_precisions(
             modes, X=X, y=y, X_test=Xt, y_test=yt, model="net", batch_size=bs, device=s.device,
             warmup=1 if s.dry else 3, repeats=2 if s.dry else 5, chunk=1 if s.dry else 5))
         for row in rows or []:
@@ -313,7 +313,7 @@ def loader(s: Section) -> None:
 def allocator(s: Section) -> None:
     import torch
 
-    from mnist_helpers.lessons import l05_precision_memory as lesson
+    from mnist_helpers import precision
     from mnist_helpers.memory import run_isolated
 
     def steps():  # allocated vs reserved around 3 training steps of the article's Net, peak reset first
@@ -342,10 +342,10 @@ def allocator(s: Section) -> None:
     if s.dry:
         s.save(cuda_only="allocator_fragmentation and empty_cache_cost need CUDA: not run on the CPU")
         return
-    s.save(fragmentation=s.run("fragmentation", lesson.allocator_fragmentation))
-    s.save(empty_cache_cost=s.run("empty_cache_cost", lambda: lesson.empty_cache_cost(num_steps=20)))
+    s.save(fragmentation=s.run("fragmentation", precision.allocator_fragmentation))
+    s.save(empty_cache_cost=s.run("empty_cache_cost", lambda: precision.empty_cache_cost(num_steps=20)))
     s.save(fragmentation_expandable=s.run("fragmentation expandable_segments", lambda: run_isolated(
-        lesson.allocator_fragmentation, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=25)))
+        precision.allocator_fragmentation, env={"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}, timeout=25)))
 
 
 def nccl(s: Section) -> None:
@@ -440,7 +440,7 @@ def judge(res: Path):
 
 def _judge_amp(rf, amp: dict | None, gpu: dict, where: str) -> None:
     """05.amp_memory_speed and 01.gpu_memory_enough from section amp, into ``rf``."""
-    from mnist_helpers.lessons.l05_precision_memory import amp_gain, amp_verdict
+    from mnist_helpers.precision import amp_gain, amp_verdict
 
     rows = [r for r in (amp or {}).get("rows", []) if r.get("block_images_per_s")]
     by = {(r["batch_size"], r["mode"]): r for r in rows}

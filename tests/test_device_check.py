@@ -222,7 +222,7 @@ def test_fp32_on_cuda_is_ieee_and_tf32_its_own_mode():
     """The GPU-only switch of compare_precisions, checked without a GPU: the flags are plain attributes."""
     import torch
 
-    from mnist_helpers.lessons.l05_precision_memory import MODES, _cuda_math
+    from mnist_helpers.precision import MODES, _cuda_math
 
     assert "tf32" in MODES
     flags = (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")

@@ -5,8 +5,8 @@ The notebook writes the lesson itself in its cells: the ``DataLoader(...)`` cons
 Every sweep here takes them as arguments (``make=``: a function ``(dataset, batch_size, *, num_workers,
 pin_memory, prefetch_factor, persistent_workers, multiprocessing_context) -> DataLoader``; ``in_memory=``: a class
 ``(X_uint8, y, batch_size)`` with ``set_epoch``) and falls back on the core's ``data.make_loader`` /
-``Uint8Batches`` when called without them (``scripts/bench_loader.py``, the tests). The training loop that times
-data waits (``train_with_loader``) is core. Each measurement returns rows (a list of flat dicts) that the notebook
+``feeding.Uint8Batches`` when called without them (``scripts/bench_loader.py``, the tests). The training loop that
+times data waits (``train_with_loader``) is core. Each measurement returns rows (a list of flat dicts) that the notebook
 shows as DataFrames and plots; rows measured with ``repeats`` keep every repeat's value (``repeats``) so verdicts
 can compare spreads (``claims.separated``):
 
@@ -20,8 +20,9 @@ can compare spreads (``claims.separated``):
 - ``worker_memory`` / ``memory_sweep``: per-worker USS/PSS/RSS (psutil) after a full pass, per start method, to
   test "each worker copies the dataset".
 - ``disk_read_rate``: cold and warm reads of a file, for "the loader bottleneck is often disk I/O".
-- ``feed_rates``: in-memory tensor batches (float32, or ``Uint8Batches`` normalised per batch), GPU-resident
-  batches and the DataLoader with per-sample transforms, measured side by side.
+- ``feed_rates`` (from the core ``mnist_helpers.feeding``, which ``scripts/bench_loader.py`` runs too): in-memory
+  tensor batches (float32, or ``Uint8Batches`` normalised per batch), GPU-resident batches and the DataLoader with
+  per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
 - ``workers_verdict`` / ``too_many_verdict``: the article's num_workers claims judged from a sweep's repeats.
 - ``claims_03(...)``: the notebook's seven claims from its measurements (pure), for ``claims.record``.
@@ -46,29 +47,16 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset, Subset, TensorDataset
 
 from mnist_helpers.claims import BUSY, separated
-from mnist_helpers.data import (MEAN, STD, TensorBatches, dataset_tensors, load_mnist, make_loader, mnist_datasets, read_idx,
-                                time_loader, verify_mnist)
+from mnist_helpers.data import MEAN, STD, dataset_tensors, load_mnist, make_loader, mnist_datasets, time_loader
+# what scripts/bench_loader.py measures too lives in the core; named here as before, for notebook 03 and the tests
+from mnist_helpers.feeding import (Uint8Batches, _first, _positive_int, _workers_list, feed_rates,  # noqa: F401
+                                   raw_uint8)
 from mnist_helpers.io import MiB
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.train import select_device, train_with_loader
 
 DATASET_KINDS = ("torchvision", "tensor", "pylist")
-
-
-def _positive_int(name: str, value) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _workers_list(num_workers: Iterable[int]) -> list[int]:
-    out = list(num_workers)
-    if not out:
-        raise ValueError("num_workers must list at least one value, e.g. (0, 1, 2)")
-    for w in out:
-        if not isinstance(w, int) or isinstance(w, bool) or w < 0:
-            raise ValueError(f"num_workers values must be integers >= 0, got {w!r}")
-    return out
 
 
 def default_worker_counts(cores: int | None = None) -> list[int]:
@@ -133,10 +121,6 @@ def dataset_nbytes(ds: Dataset) -> int:
 
 
 # --------------------------------------------------------------------------- loaders
-
-def _first(iterable, max_batches):
-    return iterable if max_batches is None else itertools.islice(iterable, max_batches)
-
 
 def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4), batch_size: int = 128,
                  pin_memory: Iterable[bool] = (False,), prefetch_factor: Iterable[int] = (2,),
@@ -296,118 +280,6 @@ def disk_read_rate(path, *, repeats: int = 3, chunk: int = 1 << 20) -> dict:
     cold = statistics.median(read(True) for _ in range(repeats))
     warm = statistics.median(read(False) for _ in range(repeats))
     return {"file": path.name, "mib": size / MiB, "cold_mib_per_s": cold, "warm_mib_per_s": warm}
-
-
-# --------------------------------------------------------------------------- tensor batches vs DataLoader
-
-class Uint8Batches:
-    """Shuffled batches from uint8 pixels held in memory (on CPU or GPU), normalised per *batch*, not per sample:
-    a quarter of the float32 memory traffic, and the per-sample Python work of a Dataset disappears."""
-
-    def __init__(self, X_uint8: torch.Tensor, y: torch.Tensor, batch_size: int, *, seed: int = 0):
-        _positive_int("batch_size", batch_size)
-        if len(X_uint8) != len(y):
-            raise ValueError(f"X and y must have the same length, got {len(X_uint8)} and {len(y)}")
-        if X_uint8.dtype != torch.uint8:
-            raise ValueError(f"X_uint8 must be a uint8 tensor of raw pixels, got {X_uint8.dtype}")
-        self.X, self.y, self.batch_size, self.seed, self.epoch = X_uint8, y, batch_size, seed, 0
-        self._scale = torch.tensor(1.0 / (255.0 * STD), device=X_uint8.device)
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __len__(self) -> int:
-        return -(-len(self.X) // self.batch_size)
-
-    def __iter__(self):
-        g = torch.Generator().manual_seed(self.seed + self.epoch)
-        idx = torch.randperm(len(self.X), generator=g).to(self.X.device)
-        for start in range(0, len(idx), self.batch_size):
-            b = idx[start:start + self.batch_size]
-            x = self.X.index_select(0, b).float().mul_(self._scale).sub_(MEAN / STD)
-            yield x.unsqueeze(1), self.y.index_select(0, b)
-
-
-def raw_uint8(root=None, subset: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The raw training pixels as uint8 ``(N, 28, 28)`` and labels, straight from the verified IDX files."""
-    rdir = verify_mnist(root)
-    X = torch.from_numpy(read_idx(rdir / "train-images-idx3-ubyte")[:subset].copy())
-    y = torch.from_numpy(read_idx(rdir / "train-labels-idx1-ubyte")[:subset].astype("int64"))
-    return X, y
-
-
-def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.device) -> list[float]:
-    """Images/s of each of ``epochs`` passes after one warm-up pass; each batch is touched on the device."""
-    rates = []
-    for epoch in range(epochs + 1):
-        batches = make_batches(epoch)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        n, t0 = 0, time.perf_counter()
-        for X, _ in _first(batches, max_batches):
-            X = X.to(device, non_blocking=True)
-            n += len(X)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if epoch:  # epoch 0 is the warm-up
-            rates.append(n / (time.perf_counter() - t0))
-    return rates
-
-
-def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, num_workers: Iterable[int] = (0,),
-               epochs: int = 3, dataloader_max_batches: int | None = None, make=None, in_memory=None) -> list[dict]:
-    """Images/s delivered to the training device by each way of feeding it, measured side by side in this call.
-    ``ratio_vs_dataloader`` divides by the DataLoader (per-sample transforms) with the *fastest* worker count
-    measured here, so the ratio never flatters the in-memory loaders. GPU-resident rows appear only with CUDA.
-    ``make`` builds the DataLoader, ``in_memory(X_uint8, y, batch_size)`` the uint8 batches normalised per batch
-    (defaults: ``data.make_loader``, ``Uint8Batches``). Each row keeps every pass's rate (``repeats``)."""
-    make = make or make_loader
-    in_memory = in_memory or Uint8Batches
-    _positive_int("batch_size", batch_size)
-    _positive_int("epochs", epochs)
-    workers = _workers_list(num_workers)
-    cpu = torch.device("cpu")
-    X_u8, y = raw_uint8(root, subset)
-    X_f32 = X_u8.unsqueeze(1).float().div_(255.0).sub_(MEAN).div_(STD)
-    rows = []
-
-    def add(name, device, make_batches, max_batches=None, note=""):
-        rs = _rate(make_batches, epochs, max_batches, device)
-        rows.append({"feed": name, "device": device.type, "images_per_s": statistics.median(rs), "note": note,
-                     "repeats": rs})
-
-    devices = [cpu] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
-    for dev in devices:
-        Xd, yd, Xu = X_f32.to(dev), y.to(dev), X_u8.to(dev)
-        where = "GPU-resident" if dev.type == "cuda" else "in memory"
-        add(f"TensorBatches float32 ({where})", dev,
-            lambda e, Xd=Xd, yd=yd: _with_epoch(TensorBatches(Xd, yd, batch_size, seed=0), e))
-        add(f"uint8, normalised per batch ({where})", dev,
-            lambda e, Xu=Xu, yd=yd: _with_epoch(in_memory(Xu, yd, batch_size), e))
-    ds, _ = mnist_datasets(root)
-    if subset:
-        ds = Subset(ds, range(subset))
-    target = devices[-1]
-    for w in workers:
-        loaders = {}
-
-        def dataloader(e, w=w, loaders=loaders):
-            if "l" not in loaders:  # persistent workers: start-up paid in the warm-up pass
-                loaders["l"] = make(ds, batch_size, num_workers=w, persistent_workers=w > 0,
-                                    pin_memory=target.type == "cuda")
-            return loaders["l"]
-        add(f"DataLoader + per-sample transforms, {w} workers", target, dataloader, dataloader_max_batches,
-            note="to GPU, pinned" if target.type == "cuda" else "")
-        loaders.clear()
-    best_dl = max(r["images_per_s"] for r in rows if r["feed"].startswith("DataLoader"))
-    for r in rows:
-        r["ratio_vs_dataloader"] = r["images_per_s"] / best_dl
-    return rows
-
-
-def _with_epoch(batches, epoch):
-    batches.set_epoch(epoch)
-    return batches
 
 
 # --------------------------------------------------------------------------- drop_last
