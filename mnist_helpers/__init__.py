@@ -18,6 +18,17 @@ The core (every notebook and worker; the notebook that introduces each module in
     profiling    torch.profiler's labelled steps and their breakdown (profile_training, time_breakdown),
                  time_to_accuracy: what notebook 09 shares with the profile_ddp worker (09)
     experiments  the experiment log every notebook appends to (01)
+The measurement harness of a notebook that a benchmark script runs at full size (the lesson and the script share it;
+scripts import the core only):
+    feeding        how fast batches reach the model: DataLoader vs in-memory uint8 tensors, feed_rates (03;
+                   scripts/bench_loader.py)
+    batch_scaling  04's fair batch-size sweep, its regime and the rules that judge it (04; scripts/bench_batch_scaling.py)
+    precision      05's precision comparison, accumulation, allocator and empty_cache experiments (05;
+                   scripts/bench_amp.py, scripts/device_check.py)
+    scaling        07's weak and strong scaling, all-reduce sweeps and the ring model, DDP variants, restart trials
+                   (07; scripts/bench_scaling.py, bench_allreduce.py, bench_restarts.py)
+    speedrun       10's recipes, settings and ladders, time_to_accuracy and its targets (10;
+                   scripts/bench_time_to_accuracy.py, scripts/device_check.py, scripts/make_claims.py)
     claims       the article's claims (CATALOG), the result file every notebook writes (ResultFile), the load
                  rule (Contention, busy_verdict), spread(); `make claims` builds the README table from them (01)
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)

@@ -176,6 +176,50 @@ def settings_for_fast(args, prior: dict | None, device) -> dict | None:
     return choice
 
 
+def merged_file(args, out: Path, label: str) -> dict | None:
+    """The earlier part of this run that --merge adds to (None: none); ValueError if it is another machine's or
+    the other mode's."""
+    if not (args.merge and out.exists()):
+        return None
+    prior = json.loads(out.read_text())
+    if prior.get("machine_label") != label or bool(prior.get("quick")) != args.quick:
+        raise ValueError(f"--merge: {out} holds a run of {prior.get('machine_label')!r} (quick={prior.get('quick')}), "
+                         f"this is {label!r} (quick={args.quick}); write to another --out")
+    return prior
+
+
+def pick_recipes(args, prior: dict | None, device) -> tuple:
+    """(baseline, fast, fast995, settings choice) of this run, cut to seconds in the quick mode; ValueError when a
+    named recipe does not exist or needs a GPU this machine lacks."""
+    base = speedrun.get_recipe(args.baseline, device)
+    choice = settings_for_fast(args, prior, device)
+    fast = (speedrun.fastest(device, choice["choice"] if choice else None, log=None) if args.fast == "fast"
+            else speedrun.get_recipe(args.fast, device))
+    if speedrun.skip_reason(fast, device) and fast.requires_cuda:
+        raise ValueError(f"recipe {fast.name!r} needs a GPU; on {device} use --fast fast")
+    fast = fast.replace(name="fast")
+    fast995 = speedrun.ladder_995(fast)[-1]
+    if args.quick:  # every code path, seconds not minutes; compilation would dominate, so it is left out
+        base = base.replace(num_workers=min(base.num_workers, 2))
+        fast, fast995 = (r.replace(compile=False, num_epochs=1.0) for r in (fast, fast995))
+    return base, fast, fast995, choice
+
+
+def evaluation_settings(args, roles: dict, n_train: int) -> dict:
+    """Per recipe name: how often it is evaluated (every --eval-every epoch, every --fine-every near a target) and,
+    for the article's baseline, its own horizon and stop rule."""
+    per_recipe = {}
+    for role, r in roles.items():
+        spe = n_train // r.batch_size
+        kw = dict(eval_every_steps=max(1, round(args.eval_every * spe)),
+                  fine_every_steps=max(1, round(args.fine_every * spe)))
+        if role == "baseline":  # the article's recipe: its own 5 epochs, 99.0% only, coarse evaluations (Net: ~3 s each)
+            kw.update(num_epochs=1.0 if args.quick else args.article_epochs, stop_when="first",
+                      fine_every_steps=kw["eval_every_steps"])
+        per_recipe[r.name] = kw
+    return per_recipe
+
+
 @cli_entry  # expected errors (data, --out, device): one message with the fix, exit code 2
 def main(argv=None) -> int:
     args = parse_args(argv)
@@ -187,47 +231,22 @@ def main(argv=None) -> int:
     out = Path(args.out) if args.out else results_dir() / (
         "bench_time_to_accuracy_quick.json" if args.quick else "bench_time_to_accuracy.json")
     check_writable(out, "--out")  # before the first run, not after an hour of them
-    prior = None
-    if args.merge and out.exists():
-        prior = json.loads(out.read_text())
-        if prior.get("machine_label") != label or bool(prior.get("quick")) != args.quick:
-            print(f"error: --merge: {out} holds a run of {prior.get('machine_label')!r} (quick={prior.get('quick')}), "
-                  f"this is {label!r} (quick={args.quick}); write to another --out", file=sys.stderr)
-            return 2
-    print(f"machine: {describe(info)} (label {label})")
     try:
-        base = speedrun.get_recipe(args.baseline, device)
-        choice = settings_for_fast(args, prior, device)
-        fast = (speedrun.fastest(device, choice["choice"] if choice else None, log=None) if args.fast == "fast"
-                else speedrun.get_recipe(args.fast, device))
+        prior = merged_file(args, out, label)
+        print(f"machine: {describe(info)} (label {label})")
+        base, fast, fast995, choice = pick_recipes(args, prior, device)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if speedrun.skip_reason(fast, device) and fast.requires_cuda:
-        print(f"error: recipe {fast.name!r} needs a GPU; on {device} use --fast fast", file=sys.stderr)
-        return 2
-    fast = fast.replace(name="fast")
-    fast995 = speedrun.ladder_995(fast)[-1]
     targets = [0.5] if args.quick else sorted(args.targets)
     seeds = [0] if args.quick else args.seeds
     base_seeds = len(seeds) if args.baseline_seeds is None else args.baseline_seeds
     subset, test_subset = (1024, 500) if args.quick else (None, None)
-    if args.quick:  # every code path, seconds not minutes; compilation would dominate, so it is left out
-        base = base.replace(num_workers=min(base.num_workers, 2))
-        fast, fast995 = (r.replace(compile=False, num_epochs=1.0) for r in (fast, fast995))
     n_train = subset or 60000
     target_s = {"0.99": args.target_s[0], "0.995": args.target_s[1]}
     roles = {"baseline": base, "fast": fast, "fast995": fast995}
     role_of = {"article": "baseline", "fast": "fast", "fast995": "fast995"}
-    per_recipe = {}
-    for role, r in roles.items():
-        spe = n_train // r.batch_size
-        kw = dict(eval_every_steps=max(1, round(args.eval_every * spe)),
-                  fine_every_steps=max(1, round(args.fine_every * spe)))
-        if role == "baseline":  # the article's recipe: its own 5 epochs, 99.0% only, coarse evaluations (Net: ~3 s each)
-            kw.update(num_epochs=1.0 if args.quick else args.article_epochs, stop_when="first",
-                      fine_every_steps=kw["eval_every_steps"])
-        per_recipe[r.name] = kw
+    per_recipe = evaluation_settings(args, roles, n_train)
     chosen = [roles[role_of[n]] for n in RECIPES if n in args.recipes]
     print(f"recipes: {', '.join(r.name for r in chosen)} on {device}, seeds {seeds} (baseline: first {base_seeds}), "
           f"targets {', '.join(f'{t:.1%}' for t in targets)}; evaluation every {args.eval_every:g} epoch, every "
@@ -278,7 +297,11 @@ def main(argv=None) -> int:
                 errors.append({"recipe": r.name, "seed": seed, "error": f"{type(e).__name__}: {str(e)[:500]}"})
                 print(f"{r.name} seed {seed} failed: {type(e).__name__}: {str(e)[:300]}", file=sys.stderr, flush=True)
             report(False)  # a partial file after every run: a long benchmark cut short still leaves data
-    res = report(True)
+    return outcome(report(True), runs, errors, out, t0)
+
+
+def outcome(res, runs: list[dict], errors: list[dict], out: Path, t0: float) -> int:
+    """Print the failed runs, the summary table and the claims; the exit code (1 if a run failed)."""
     if errors:
         print(f"{len(errors)} run(s) failed: " + "; ".join(f"{e['recipe']} seed {e['seed']}: {e['error'][:120]}"
                                                         for e in errors), file=sys.stderr)

@@ -5,8 +5,9 @@
     python scripts/device_check.py --section nccl --res /tmp/device_check --dry-run
     python scripts/device_check.py --keep OUT_DIR         # file a GPU run under results/reference/<machine label>/
 
-A script, not a worker: it runs the lessons' own code on the GPU (notebook 10's ladder, 05's precision comparison
-and allocator experiments), which scripts may import and workers may not.
+A script, not a worker: it runs the notebooks' measurement harness on the GPU (10's ladder from
+``mnist_helpers.speedrun``, 05's precision comparison and allocator experiments from ``mnist_helpers.precision``),
+core modules that the lessons import too.
 
 Each section writes ``RES/<section>.json`` again after every row or run (atomically), so a section stopped by its
 time limit keeps what it finished; every run is guarded (its exception is recorded under ``errors`` and the section

@@ -71,6 +71,18 @@ def test_workers_import_only_the_core():
     assert not bad, f"a worker imports a lesson or a tool (move what it needs into the core): {bad}"
 
 
+def test_scripts_import_only_the_core():
+    """A script (a benchmark at full size, a generator, device_check) is a program built on the package's core: what it
+    shares with a lesson (the lesson's measurement harness) lives in a core module both import (``speedrun``,
+    ``scaling``, ``precision``, ``batch_scaling``, ``feeding``), so a lesson stays the notebook's own code."""
+    mods = modules()
+    bad = []
+    for path in sorted((REPO / "scripts").rglob("*.py")):
+        found = imports(path, "scripts." + path.stem)
+        bad += [f"{path.relative_to(REPO).as_posix()} imports {m}" for m in sorted(found) if kind(m) != "core"]
+    assert mods and not bad, f"a script imports a lesson, worker or tool (move what it needs into the core): {bad}"
+
+
 # "mnist_helpers.lessons.l07_scaling:ddp_memory": a function named by a string, imported by whoever reads it
 BY_STRING = re.compile(r"mnist_helpers\.[a-z0-9_.]+:[a-z_]")
 # (file, function) where a test checks the string form on purpose (what run_isolated's child process is given)
@@ -139,6 +151,11 @@ def test_no_import_cycle():
             visit(n)
 
 
+def named(name: str, text: str) -> bool:
+    """``name`` stands in ``text`` as itself: ``batch_scaling`` is not named by ``lessons/l04_batch_scaling``."""
+    return re.search(rf"(?<![\w/]){re.escape(name)}\b", text) is not None
+
+
 def test_the_index_names_every_module():
     index = (PKG / "__init__.py").read_text()
     missing = []
@@ -148,6 +165,6 @@ def test_the_index_names_every_module():
         rel = name.split(".", 1)[1]  # data, lessons.l03_dataloader, workers.bugs.oom
         short = rel.split(".")[-1]
         folder = "/".join(rel.split(".")[:-1])
-        if not (f"{rel.replace('.', '/')}" in index or (short in index and (not folder or folder in index))):
+        if not (named(rel.replace(".", "/"), index) or (named(short, index) and (not folder or folder in index))):
             missing.append(name)
     assert not missing, f"mnist_helpers/__init__.py does not name: {missing}"
