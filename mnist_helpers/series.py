@@ -106,7 +106,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`mp.spawn` from a notebook; the `--local_rank` bug; seeding; SyncBatchNorm; exact validation; '
                "backends; DP vs DDP (2+ GPUs); appendix: the series' worker progression and the article's 5.2 script"),
         quick='113-134 s',
-        full=('4.3-4.9 min (quiet EPYC, with AVX-512 and AVX2-only, 2026-12-06)'),
+        full=('4.3-6.4 min (quiet EPYC, with AVX-512 and AVX2-only, 2026-12-06)'),
         gpu='not measured yet'),
     Notebook(
         "07", "scaling_and_multinode", 'scaling and multi-node', "l07_scaling", core=True,
