@@ -841,17 +841,11 @@ def answer_box(exercise_id: str, interactive: bool | None = None):
     ex = BY_ID.get(exercise_id)
     if ex is None:
         raise ValueError(f"unknown exercise {exercise_id!r}; known: {', '.join(BY_ID)}")
-    if interactive is None:
-        from mnist_helpers.live import ipython_kernel_active
-        interactive = ipython_kernel_active()
-    if not interactive:
+    from mnist_helpers.live import widgets
+    w = widgets(interactive, "set `answer` in the cell instead")
+    if w is None:
         return None
-    try:
-        import ipywidgets as w
-        from IPython.display import display
-    except ImportError:
-        print("(ipywidgets is not installed: set `answer` in the cell instead)")
-        return None
+    from IPython.display import display
     box = w.Text(placeholder="your answer, e.g. 42", description=f"{exercise_id}:")
     button = w.Button(description="Check", button_style="primary")
     out = w.Output()

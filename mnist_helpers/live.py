@@ -29,6 +29,22 @@ def ipython_kernel_active() -> bool:
     return shell is not None and getattr(shell, "kernel", None) is not None
 
 
+def widgets(interactive: bool | None, without: str):
+    """The ``ipywidgets`` module when this cell should show widgets, else None: ``interactive`` False, or None outside
+    a live kernel (:func:`ipython_kernel_active`), or ipywidgets not installed (then it prints what the learner has
+    instead, ``without``). Every widget in the series starts with it."""
+    if interactive is None:
+        interactive = ipython_kernel_active()
+    if not interactive:
+        return None
+    try:
+        import ipywidgets
+    except ImportError:
+        print(f"(ipywidgets is not installed: {without})")
+        return None
+    return ipywidgets
+
+
 class LiveCurves:
     """Running training loss per step, train/test loss and test accuracy per epoch, redrawn as they come.
 

@@ -41,7 +41,7 @@ timing the recipes ``CLAIM_RECIPES`` names), ``target_evidence`` its numbers int
 ``scripts/bench_time_to_accuracy.py`` and ``scripts/device_check.sh`` are thin wrappers around them. The physical
 limit: ``measure_peak_flops`` (the measured dense-GEMM peak).
 
-What no script needs stays in the lesson: ``compare``, ``speedup``, ``choice_table``, ``fastest_995``,
+What no script needs stays in the lesson: ``compare``, ``speedup``, ``choice_table``,
 ``training_flops_per_image`` and the claims (``claims_10``). The lesson also names what notebook 10 and the tests use
 from here, so they call ``speedrun.<name>`` on it as before.
 
@@ -284,7 +284,7 @@ def ladder_995(fast: Recipe) -> list[Recipe]:
 
 def recipes(device: str | torch.device = "cpu", choice: dict | None = None) -> dict[str, Recipe]:
     """The ladder's recipes by name, ``fast`` (:func:`fastest` with ``choice``, the cached choice or the
-    ladder's last step; never a measurement, so this is instant) and ``fast995`` (:func:`fastest_995`)."""
+    ladder's last step; never a measurement, so this is instant) and ``fast995`` (:func:`ladder_995` of ``fast``)."""
     table = {r.name: r for r in chain(device)}
     table["fast"] = fastest(device, choice, log=None)
     table["fast995"] = ladder_995(table["fast"])[-1]

@@ -193,7 +193,7 @@ def test_autotunes_process_stage_launches_on_its_device(monkeypatch):
     monkeypatch.setattr(l09, "torchrun", fake_torchrun)
     l09.measure_processes(2, device="cpu")
     assert seen == ["cpu"]
-    assert "device=dev.type" in Path(l09.__file__).read_text(), "autotune passes its own device"
+    assert "device=self.dev.type" in Path(l09.__file__).read_text(), "autotune passes its own device"
 
 
 def test_notebook_09_takes_its_devices_from_the_plan():

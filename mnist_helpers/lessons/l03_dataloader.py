@@ -52,6 +52,7 @@ from mnist_helpers.data import MEAN, STD, dataset_tensors, load_mnist, make_load
 from mnist_helpers.feeding import (Uint8Batches, _first, _positive_int, _workers_list, feed_rates,  # noqa: F401
                                    raw_uint8)
 from mnist_helpers.io import MiB
+from mnist_helpers.live import widgets
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.train import select_device, train_with_loader
@@ -637,14 +638,10 @@ def loader_widget(dataset, *, num_workers: int = 0, batch_size: int = 128, pin_m
     controls to measure again. Returns the first measurement's rows."""
     rows = measure(dataset, num_workers=num_workers, batch_size=batch_size, pin_memory=pin_memory,
                    prefetch_factor=prefetch_factor, persistent_workers=persistent_workers, max_batches=max_batches)
-    if not interactive:
+    w = widgets(interactive, "the static result above is all this cell shows")
+    if w is None:
         return rows
-    try:
-        import ipywidgets as w
-        from IPython.display import display
-    except ImportError:
-        print("(ipywidgets is not installed: the static result above is all this cell shows)")
-        return rows
+    from IPython.display import display
     controls = {
         "num_workers": w.IntSlider(value=num_workers, min=0, max=max_workers, description="num_workers"),
         "batch_size": w.Dropdown(options=[32, 64, 128, 256, 512, 1024], value=batch_size, description="batch_size"),

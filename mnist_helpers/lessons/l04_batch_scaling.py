@@ -33,6 +33,7 @@ import pandas as pd
 # named here as before, so notebook 04 and the tests import them from this lesson
 from mnist_helpers.batch_scaling import RULES, SAME_ACC, fair_plan, judge, regime, summary, sweep  # noqa: F401
 from mnist_helpers.display import show
+from mnist_helpers.live import widgets
 # the lesson's code, written in the notebook's cells and generated into mnist_helpers/saved.py (`make saved`)
 from mnist_helpers.saved import BASE_BATCH, BASE_LR, scaled_lr, train_run, warmup_factor  # noqa: F401
 
@@ -174,15 +175,11 @@ def batch_explorer(rows: list[dict], base_batch: int = BASE_BATCH, *, optimizer:
     Shows the table for the starting choice first (the static output nbmake keeps); in JupyterLab
     it adds dropdowns that redraw the table and a plot. Returns the widget, or None when static."""
     show_explorer_table(rows, optimizer, metric, base_batch)
-    if not interactive:
+    w = widgets(interactive, "the table above is all this cell shows")
+    if w is None:
         return None
-    try:
-        import ipywidgets as w
-        import matplotlib.pyplot as plt
-        from IPython.display import display
-    except ImportError:
-        print("(ipywidgets is not installed: the table above is all this cell shows)")
-        return None
+    import matplotlib.pyplot as plt
+    from IPython.display import display
     opt_w = w.Dropdown(options=list(RULES), value=optimizer, description="optimizer")
     met_w = w.Dropdown(options=[(v, k) for k, v in EXPLORER_METRICS.items()], value=metric, description="metric",
                        style={"description_width": "initial"})

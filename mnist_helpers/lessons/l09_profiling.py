@@ -54,7 +54,7 @@ from mnist_helpers.display import show, table
 from mnist_helpers.distributed import comparison_device
 from mnist_helpers.experiments import query, to_csv
 from mnist_helpers.launch import torchrun
-from mnist_helpers.live import ipython_kernel_active
+from mnist_helpers.live import widgets
 from mnist_helpers.memory import is_oom
 from mnist_helpers.models import build_model
 # the profiling harness and the time-to-accuracy clock live in the core (the profile_ddp worker runs them too);
@@ -309,86 +309,25 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
     threads, num_workers, amp, nproc = _autotune_candidates(dev, cores, gpus, threads, num_workers, amp, nproc)
 
     budget = _Budget(budget_s, STAGES)
-    evidence: list[dict] = []
-    chosen = {"threads": threads[0], "batch_size": min(128, max_batch_size), "loader": "tensor", "num_workers": 0,
-              "amp": "none"}
-    feeds = {f"dataloader, {w} workers": ("dataloader", w) for w in sorted(num_workers, reverse=True)}
-    feeds["tensor (in memory)"] = ("tensor", 0)  # the article's feed first (the most workers), then fewer, tensors
-
-    def record(stage, setting, status, result=None):
-        extra = dict(zip(("loader", "num_workers"), feeds[setting])) if stage == "loader" else {}
-        row = {"stage": stage, "setting": setting, "status": status,
-               "images_per_s": result["images_per_s"] if result else None,
-               "iqr_images_per_s": result["iqr_images_per_s"] if result else None, "chosen": False, **extra}
-        evidence.append(row)
-        say(f"  {stage} {setting}: " + (f"{row['images_per_s']:,.0f} img/s (IQR {row['iqr_images_per_s']:,.0f})"
-                                        if result else status))
-        return row
-
-    def measure(batch_size=None, **kw):
-        args = dict(device=dev, amp=chosen["amp"], threads=chosen["threads"] if dev.type == "cpu" else None,
-                    steps=steps, repeats=repeats)
-        args.update(kw)
-        return measure_steps(model, batch_size or chosen["batch_size"], **args)
-
-    too_big = []  # batch sizes that ran out of memory
-
-    def measure_batch(b):
-        if too_big and b >= min(too_big):
-            raise NotMeasured("not tried (a smaller size ran out of memory)")
-        try:
-            return measure(batch_size=b)
-        except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected here
-            if not is_oom(exc):
-                raise
-            too_big.append(b)
-            raise NotMeasured("out of memory") from None
-
-    X, y = None, None
-
-    def measure_feed(setting):
-        nonlocal X, y
-        kind, w = feeds[setting]
-        if kind == "tensor":
-            if X is None:
-                X, y, _, _ = load_mnist(subset=(subset, 1))
-            batches = TensorBatches(X, y, chosen["batch_size"], shuffle=True, drop_last=True)
-        else:
-            ds = Subset(mnist_datasets()[0], range(subset))
-            batches = make_loader(ds, chosen["batch_size"], num_workers=w, pin_memory=dev.type == "cuda",
-                                  persistent_workers=w > 0)
-        return measure(batches=batches)
-
-    def measure_amp(a):
-        try:
-            check_amp(a, dev)
-        except ValueError as e:
-            raise NotMeasured(f"unsupported: {e}") from None
-        return measure(amp=a)
-
-    def measure_nproc(n):
-        if n == 1:  # what the amp stage measured in this process
-            best = next(r for r in evidence if r["stage"] == "amp" and r["chosen"])
-            return {"images_per_s": best["images_per_s"], "iqr_images_per_s": best["iqr_images_per_s"]}
-        return measure_processes(n, model=model, batch_size=chosen["batch_size"],
-                                 threads=max(cores // n, 1) if dev.type == "cpu" else None,
-                                 active=max(steps * repeats, 3), device=dev.type)
-
+    tuner = _Tuner(dev, model=model, cores=cores, steps=steps, repeats=repeats, subset=subset, say=say,
+                   threads=threads[0], batch_size=min(128, max_batch_size), num_workers=num_workers)
+    chosen, feeds = tuner.chosen, tuner.feeds
     say(f"autotune on {dev} ({cores} cores{f', {gpus} GPU(s)' if gpus else ''}), budget {budget_s:.0f} s")
-    stages = (("threads", threads, lambda t: measure(threads=t), 0.0),
-              ("batch_size", _candidates_batch(max_batch_size), measure_batch, 0.0),
-              ("loader", list(feeds), measure_feed, 0.0),
-              ("amp", amp, measure_amp, 0.0),
-              ("nproc", sorted(nproc), measure_nproc, launch_cost_s))
+    stages = (("threads", threads, lambda t: tuner.measure(threads=t), 0.0),
+              ("batch_size", _candidates_batch(max_batch_size), tuner.measure_batch, 0.0),
+              ("loader", list(feeds), tuner.measure_feed, 0.0),
+              ("amp", amp, tuner.measure_amp, 0.0),
+              ("nproc", sorted(nproc), tuner.measure_nproc, launch_cost_s))
     picked = {}
     for stage, candidates, run, cost in stages:
         budget.start(stage)
-        best = search_stage(stage, candidates, run, budget, record, cost_s=cost)
+        best = search_stage(stage, candidates, run, budget, tuner.record, cost_s=cost)
         picked[stage] = best
         if stage == "loader":
             chosen["loader"], chosen["num_workers"] = feeds[best["setting"]]
         elif stage != "nproc":
             chosen[stage] = best["setting"]
+    evidence = tuner.evidence
     largest = max((r["setting"] for r in evidence if r["stage"] == "batch_size" and r["images_per_s"]), default=None)
     picked["batch_size"]["note"] = f"largest measured that fit: {largest}"
     n_best = picked["nproc"]["setting"]
@@ -402,6 +341,78 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
     say(f"chosen: {config}, nproc={n_best} ({elapsed:.0f} s of {budget_s:.0f} s)")
     return {"config": config, "nproc": n_best, "evidence": evidence, "elapsed_s": elapsed, "budget_s": budget_s,
             "device": str(dev)}
+
+
+class _Tuner:
+    """One autotune search: the settings chosen so far (each stage measures its candidates on top of them), the
+    evidence rows, and the stages' measurements (``measure_*``: a result dict, or :class:`NotMeasured` with why)."""
+
+    def __init__(self, dev, *, model, cores, steps, repeats, subset, say, threads, batch_size, num_workers):
+        self.dev, self.model, self.cores, self.say = dev, model, cores, say
+        self.steps, self.repeats, self.subset = steps, repeats, subset
+        self.evidence: list[dict] = []
+        self.chosen = {"threads": threads, "batch_size": batch_size, "loader": "tensor", "num_workers": 0,
+                       "amp": "none"}
+        self.feeds = {f"dataloader, {w} workers": ("dataloader", w) for w in sorted(num_workers, reverse=True)}
+        # the article's feed first (the most workers), then fewer, then tensors
+        self.feeds["tensor (in memory)"] = ("tensor", 0)
+        self.too_big: list[int] = []  # batch sizes that ran out of memory
+        self.X = self.y = None
+
+    def record(self, stage, setting, status, result=None):
+        extra = dict(zip(("loader", "num_workers"), self.feeds[setting])) if stage == "loader" else {}
+        row = {"stage": stage, "setting": setting, "status": status,
+               "images_per_s": result["images_per_s"] if result else None,
+               "iqr_images_per_s": result["iqr_images_per_s"] if result else None, "chosen": False, **extra}
+        self.evidence.append(row)
+        self.say(f"  {stage} {setting}: " + (f"{row['images_per_s']:,.0f} img/s (IQR {row['iqr_images_per_s']:,.0f})"
+                                             if result else status))
+        return row
+
+    def measure(self, batch_size=None, **kw):
+        chosen = self.chosen
+        args = dict(device=self.dev, amp=chosen["amp"], threads=chosen["threads"] if self.dev.type == "cpu" else None,
+                    steps=self.steps, repeats=self.repeats)
+        args.update(kw)
+        return measure_steps(self.model, batch_size or chosen["batch_size"], **args)
+
+    def measure_batch(self, b):
+        if self.too_big and b >= min(self.too_big):
+            raise NotMeasured("not tried (a smaller size ran out of memory)")
+        try:
+            return self.measure(batch_size=b)
+        except Exception as exc:  # noqa: BLE001 - only out-of-memory is expected here
+            if not is_oom(exc):
+                raise
+            self.too_big.append(b)
+            raise NotMeasured("out of memory") from None
+
+    def measure_feed(self, setting):
+        kind, w = self.feeds[setting]
+        if kind == "tensor":
+            if self.X is None:
+                self.X, self.y, _, _ = load_mnist(subset=(self.subset, 1))
+            batches = TensorBatches(self.X, self.y, self.chosen["batch_size"], shuffle=True, drop_last=True)
+        else:
+            ds = Subset(mnist_datasets()[0], range(self.subset))
+            batches = make_loader(ds, self.chosen["batch_size"], num_workers=w, pin_memory=self.dev.type == "cuda",
+                                  persistent_workers=w > 0)
+        return self.measure(batches=batches)
+
+    def measure_amp(self, a):
+        try:
+            check_amp(a, self.dev)
+        except ValueError as e:
+            raise NotMeasured(f"unsupported: {e}") from None
+        return self.measure(amp=a)
+
+    def measure_nproc(self, n):
+        if n == 1:  # what the amp stage measured in this process
+            best = next(r for r in self.evidence if r["stage"] == "amp" and r["chosen"])
+            return {"images_per_s": best["images_per_s"], "iqr_images_per_s": best["iqr_images_per_s"]}
+        return measure_processes(n, model=self.model, batch_size=self.chosen["batch_size"],
+                                 threads=max(self.cores // n, 1) if self.dev.type == "cpu" else None,
+                                 active=max(self.steps * self.repeats, 3), device=self.dev.type)
 
 
 def measure_processes(nproc: int, *, model: str = "net", batch_size: int = 128, threads: int | None = None,
@@ -790,14 +801,8 @@ def dashboard(rows: list[dict], interactive: bool | None = None, last: int | Non
     show_runs(rows, last=last)
     plot_runs(comparable(rows)[-last:] if last else rows)
     plt.show()
-    if interactive is None:
-        interactive = ipython_kernel_active()
-    if not interactive:
-        return None
-    try:
-        import ipywidgets as w  # optional: without it the static view is the dashboard
-    except ImportError:
-        print("(ipywidgets is not installed: the static view above is all there is)")
+    w = widgets(interactive, "the static view above is all there is")  # optional: without it, the static view
+    if w is None:
         return None
     nb = w.Dropdown(options=["all"] + sorted({str(r.get("notebook")) for r in rows}), description="notebook")
     mc = w.Dropdown(options=["all"] + machines(rows), description="machine")

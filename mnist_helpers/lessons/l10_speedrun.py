@@ -8,7 +8,6 @@ The measurement harness lives in the core, ``mnist_helpers.speedrun``, which the
 ``merge_contention``, ``earlier_recipe``). This module names them as before, so notebook 10 and the tests call
 ``speedrun.<name>`` on the lesson, and keeps what no script needs:
 
-- ``fastest_995``: the 99.5% recipe, ``fast995``, from :func:`fastest`'s per-machine settings;
 - ``choice_table``: :func:`choose_settings`'s measurement as a DataFrame;
 - ``compare(recipes, seeds)`` runs several recipes side by side (interleaved by seed, so that a machine whose
   load changes hurts every recipe alike); ``speedup`` divides times to a target;
@@ -20,28 +19,19 @@ from __future__ import annotations
 from typing import Callable, Iterable
 
 import pandas as pd
-import torch
 from torch import nn
 
 from mnist_helpers.display import table
 from mnist_helpers.models import flops_per_image
-from mnist_helpers.speedrun import (Recipe, fastest, judge_target, ladder_995, net_label, run_line, settings_label,
-                                    target_evidence, time_to_accuracy)
+from mnist_helpers.speedrun import (Recipe, judge_target, net_label, run_line, settings_label, target_evidence,
+                                    time_to_accuracy)
 # the harness lives in the core (mnist_helpers.speedrun: the benchmark and device_check run it too); named here as
 # before, so notebook 10 and the tests call speedrun.<name> on this lesson
 from mnist_helpers.speedrun import (ARTICLE, CLAIM_RECIPES, HYP_995, LADDER_995, LEVELS, SETTINGS,  # noqa: F401
                                     cached_choice, candidate_settings, chain, choose_settings, earlier_recipe,
-                                    fast_base, get_recipe, measure_peak_flops, merge_contention, onecycle_lr,
-                                    pick_setting, random_translate, recipe_changes, recipes, show_summary,
-                                    skip_reason, summarize, summary_table)
-
-
-# --------------------------------------------------------------------------- recipes
-
-def fastest_995(device: str | torch.device = "cpu", choice: dict | None = None, *, measure: bool = False,
-                log: Callable[[str], None] | None = None) -> Recipe:
-    """The 99.5% recipe, ``fast995``: :func:`fastest` (same per-machine settings) with ``HYP_995``."""
-    return ladder_995(fastest(device, choice, measure=measure, log=log))[-1]
+                                    fast_base, fastest, get_recipe, ladder_995, measure_peak_flops,
+                                    merge_contention, onecycle_lr, pick_setting, random_translate, recipe_changes,
+                                    recipes, show_summary, skip_reason, summarize, summary_table)
 
 
 # --------------------------------------------------------------------------- choosing per machine
