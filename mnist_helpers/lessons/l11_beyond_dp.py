@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from mnist_helpers.io import MiB
+from mnist_helpers.live import widgets
 from mnist_helpers.memory import peak_memory
 
 STAGES = {"ddp": "ddp", "zero1": "zero1", "zero2": "fsdp2_zero2", "zero3": "fsdp2_zero3"}  # estimator -> worker
@@ -94,24 +95,33 @@ def memory_explorer(estimate: Callable, measure: Callable, *, width: int, blocks
                     interactive: bool = True):
     """Controls for width, batch, precision, world size, sharding stage and checkpointing: the estimate (the
     notebook's ``estimate(width, blocks, batch_size, precision, world_size, stage, checkpointing)``, a dict of MiB)
-    updates as they move; the button calls ``measure(**settings)``, which launches the worker and shows the result."""
-    if not interactive:
-        return None
-    try:
-        import ipywidgets as w
-        from IPython.display import display
-    except ImportError:
-        print("(ipywidgets is not installed: call estimate(...) and measure(...) yourself)")
-        return None
+    updates as they move; the button calls ``measure(**settings)``, which launches the worker and shows the result.
+
+    The starting estimate is the cell's own output (what a saved or CI-run notebook keeps), shown before the
+    controls; their Output areas are written only by the callbacks. Writing into an Output widget while the cell
+    itself runs made nbclient 0.11 with ipykernel 7.4 wait out its whole cell timeout (900 s under nbmake)."""
     from mnist_helpers.display import show
+
+    def estimate_table(**settings):
+        e = estimate(blocks=blocks, **settings)
+        show([{"part": k, "estimate_mib": v} for k, v in e.items()], formats={"estimate_mib": "{:,.1f}"},
+             caption=f"estimate per rank, {blocks} blocks: " + ", ".join(f"{k} {v}" for k, v in settings.items()))
+
+    start = {"width": width, "batch_size": batch_size, "precision": "fp32", "world_size": 2, "stage": "zero3",
+             "checkpointing": False}
+    estimate_table(**start)
+    w = widgets(interactive, "call estimate(...) and measure(...) yourself")
+    if w is None:
+        return None
+    from IPython.display import display
 
     c = {"width": w.Dropdown(options=[128, 256, 512, 1024, 2048], value=width, description="width"),
          "batch_size": w.Dropdown(options=[32, 64, 128, 256, 512, 1024, 2048], value=batch_size,
                                   description="batch/rank"),
-         "precision": w.Dropdown(options=["fp32", "bf16"], value="fp32", description="precision"),
-         "world_size": w.Dropdown(options=[1, 2, 4], value=2, description="world size"),
-         "stage": w.Dropdown(options=list(STAGES), value="zero3", description="sharding"),
-         "checkpointing": w.Checkbox(value=False, description="checkpointing")}
+         "precision": w.Dropdown(options=["fp32", "bf16"], value=start["precision"], description="precision"),
+         "world_size": w.Dropdown(options=[1, 2, 4], value=start["world_size"], description="world size"),
+         "stage": w.Dropdown(options=list(STAGES), value=start["stage"], description="sharding"),
+         "checkpointing": w.Checkbox(value=start["checkpointing"], description="checkpointing")}
     button = w.Button(description="Measure (launches torchrun)", button_style="primary",
                       layout=w.Layout(width="260px"))
     est_out, run_out = w.Output(), w.Output()
@@ -122,9 +132,7 @@ def memory_explorer(estimate: Callable, measure: Callable, *, width: int, blocks
     def refresh(_=None):
         est_out.clear_output()
         with est_out:
-            e = estimate(blocks=blocks, **settings())
-            show([{"part": k, "estimate_mib": v} for k, v in e.items()], formats={"estimate_mib": "{:,.1f}"},
-                 caption=f"estimate per rank, {blocks} blocks")
+            estimate_table(**settings())
 
     def run(_):
         run_out.clear_output()
@@ -135,7 +143,6 @@ def memory_explorer(estimate: Callable, measure: Callable, *, width: int, blocks
         ctl.observe(refresh, names="value")
     button.on_click(run)
     display(w.VBox([w.HBox(list(c.values())[:3]), w.HBox(list(c.values())[3:] + [button]), est_out, run_out]))
-    refresh()
     return None
 
 
