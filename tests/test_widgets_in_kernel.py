@@ -50,4 +50,4 @@ def test_a_cell_with_widgets_finishes_when_its_code_does(source, expect):
     assert any(o.get("output_type") == "display_data" for o in nb.cells[0].outputs), "the widget was displayed"
     if "memory_explorer" in source:
         html = "".join(o.get("data", {}).get("text/html", "") for o in nb.cells[0].outputs)
-        assert "estimate per rank" in html, "the starting estimate is the cell's own output, not inside an Output widget"
+        assert "estimate per rank" in html, "the starting estimate is the cell's own output, not in an Output widget"
