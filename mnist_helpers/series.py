@@ -47,7 +47,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
         "00", "setup_and_data", 'setup and data', "l00_setup", core=True,
         learn=('environment check, offline verified MNIST, the quick profile, a 1- and 2-process torchrun launch '
                'from a cell'),
-        quick='22-30 s',
+        quick='22-46 s',
         full=('39-57 s (quiet, EPYC)'),
         gpu='not measured yet'),
     Notebook(
@@ -57,7 +57,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                " claim tested with thread settings users end up with (torchrun's `OMP_NUM_THREADS=1`, torch's "
                "default, 2x the cores) with the load recorded per timing; a training step's measured memory; "
                '`recommend_config()` with a reason per setting'),
-        quick='18-25 s',
+        quick='18-38 s',
         full=('79-103 s (quiet, EPYC)'),
         gpu='not measured yet'),
     Notebook(
@@ -66,7 +66,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                ' loop with `loss.backward()`/`optimizer.step()`), each deviation named; the same through `fit()`, '
                'shown to give the same weights; live curves, confusion matrix, misclassified digits, the experiment '
                'log'),
-        quick='40-50 s',
+        quick='40-61 s',
         full=("4.3-6.6 min (quiet, EPYC; the article's 5 epochs with its 4-worker loader)"),
         gpu='not measured yet'),
     Notebook(
@@ -75,7 +75,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`prefetch_factor`, `persistent_workers` swept with interleaved repeats; the data-wait fraction; '
                'per-worker USS/PSS (fork vs spawn); what in-memory buys (per-sample work, not disk reads); '
                '`drop_last`; a widget to re-run the sweep'),
-        quick='25-42 s',
+        quick='25-55 s',
         full=('73-148 s (quiet, EPYC; 148 s with the drop_last test on 60,000 images)'),
         gpu='not measured yet'),
     Notebook(
@@ -84,7 +84,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'reduced live sweep beside the full one (`scripts/bench_batch_scaling.py`: doublings 128 to 4096 on '
                "all 60,000 images, 10 epochs, a one-epoch warm-up, seeds appended); batch 8's step noise apart from "
                'its accuracy'),
-        quick='7-11 s',
+        quick='7-13 s',
         full=("24-29 s (quiet, EPYC; the reduced sweep, beside the full one's reference); the full sweep, "
               "`scripts/bench_batch_scaling.py` (3 seeds, 2 at a time): 5.8 min (EPYC, others' CPU share 16%)"),
         gpu='not measured yet'),
@@ -94,7 +94,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                ' and DDP `no_sync` written out; `channels_last`; peak memory on CPU and GPU split into persistent '
                'and transient; the CUDA caching allocator; the loss kept as a tensor, in a training loop and in an '
                'eval loop; the same precision comparison on an H200 (the kept `scripts/device_check.sh` run)'),
-        quick='29-43 s',
+        quick='29-86 s',
         full=('2.5 min (quiet, Xeon); 58-101 s (quiet, EPYC)'),
         gpu='not measured yet'),
     Notebook(
@@ -105,7 +105,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'fork launcher as on Kaggle/Colab, the CUDA-before-fork error and the import that caused it; '
                '`mp.spawn` from a notebook; the `--local_rank` bug; seeding; SyncBatchNorm; exact validation; '
                "backends; DP vs DDP (2+ GPUs); appendix: the series' worker progression and the article's 5.2 script"),
-        quick='113-134 s',
+        quick='113-165 s',
         full=('4.3-6.4 min (quiet EPYC, with AVX-512 and AVX2-only, 2026-12-06)'),
         gpu='not measured yet'),
     Notebook(
@@ -116,7 +116,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`gradient_as_bucket_view`; two torchrun agents at a c10d rendezvous; kill -9 + `--max-restarts` + '
                "exact resume, a scheduler's stop that loses no step (`--stop-file`), restart success rates, elastic "
                'membership; Slurm sbatch, Kubeflow TrainJob and PyTorchJob'),
-        quick='115-176 s',
+        quick='115-247 s',
         full=('9.6-13.7 min (EPYC; the longest with tests beside it)'),
         gpu='not measured yet'),
     Notebook(
@@ -126,7 +126,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                "the DDP wrapper, torchrun's `OMP_NUM_THREADS=1`, out of memory and a batch-size finder, `set_epoch`,"
                ' padding, download race, CUDA fork, `mp.spawn` and `__main__`, loader starvation and `/dev/shm`, '
                '`--local_rank`), diagnosed and fixed'),
-        quick='2.0-2.7 min',
+        quick='2.0-4.1 min',
         full=('125-191 s (quiet, 2-core EPYC); 3.6 min (quiet, Xeon)'),
         gpu='not measured yet'),
     Notebook(
@@ -136,7 +136,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                "median and IQR; `autotune()` under a time budget with its search loop shown; the article's tuning "
                'priority measured as time to 97% (its baseline and each lever alone, 3 seeds interleaved); the '
                'experience library'),
-        quick='102-111 s',
+        quick='102-148 s',
         full=('5.7-9.1 min (quiet, 2-core EPYC); 17.3 min (quiet, Xeon)'),
         gpu='not measured yet'),
     Notebook(
@@ -148,7 +148,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'shifted images); which of bf16, `channels_last` and `torch.compile` pays on *your* CPU, measured and'
                " chosen (`speedrun.choose_settings`); FLOPs per image against this machine's measured peak; the "
                '5-seed benchmark and committed references, the whole ladder on an H200'),
-        quick='29-54 s',
+        quick='29-103 s',
         full=('17-18 min (quiet, EPYC; `make full NB=10`), 35 min on an evening the same VM ran at 0.6x its speed; '
               "the 5-seed benchmark `scripts/bench_time_to_accuracy.py`: 20 min with 4 seeds of the article's "
               "recipe (quiet, EPYC; 16 min with 2 and the kernels limited to AVX2), most of it the article's recipe"
@@ -162,8 +162,8 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'ZeRO-2-like and ZeRO-3) vs DDP at 1, 2 and 4 ranks, equal to one process; DCP checkpoints saved by 2'
                ' ranks, loaded into 1 and 4; tensor parallel with DTensor and the 2-D mesh; '
                '`torch.compile(DDP(model))`; pipelining under a timeout'),
-        quick='36-45 s',
-        full=('3.3-3.8 min (quiet, EPYC)'),
+        quick='36-80 s',
+        full=('3.3-5.4 min (quiet, EPYC; 5.4 min AVX2-only)'),
         gpu='not measured yet'),
 )
 BY_ID = {nb.nn: nb for nb in NOTEBOOKS}
