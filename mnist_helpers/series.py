@@ -85,7 +85,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                "all 60,000 images, 10 epochs, a one-epoch warm-up, seeds appended); batch 8's step noise apart from "
                'its accuracy'),
         quick='7-13 s',
-        full=("24-29 s (quiet, EPYC; the reduced sweep, beside the full one's reference); the full sweep, "
+        full=("24-50 s (quiet, EPYC; 50 s AVX2-only; the reduced sweep, beside the full one's reference); the full sweep, "
               "`scripts/bench_batch_scaling.py` (3 seeds, 2 at a time): 5.8 min (EPYC, others' CPU share 16%)"),
         gpu='not measured yet'),
     Notebook(
