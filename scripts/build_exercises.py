@@ -124,5 +124,6 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"no NN_*.ipynb notebooks under {folder}: pass --notebooks <folder>")
     return sync_generated(generated(folder), check=args.check, remake="make exercises", root=folder.parent)
 
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -150,5 +150,6 @@ def main(argv=None) -> int:
         return 2
     return sync_generated([(OUT, text)], check=args.check, remake="make saved", root=ROOT)
 
+
 if __name__ == "__main__":
     sys.exit(main())

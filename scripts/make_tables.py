@@ -68,5 +68,6 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     return sync_generated(generate().items(), check=args.check, remake="make tables", root=ROOT)
 
+
 if __name__ == "__main__":
     sys.exit(main())
