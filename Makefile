@@ -1,6 +1,9 @@
 # mnist-scale-lab: two commands do all set-up.
 #   make lab    create .venv, install, provision MNIST, start JupyterLab on notebooks/
-#   make test   same set-up, then the unit tests and every notebook under nbmake (quick profile)
+#   make test   same set-up, then every test: units, each notebook once (quick profile), the AVX2 profile, Slurm and
+#               the browser test. As root it apt-gets Chromium and Slurm first; MNIST_NO_SYSTEM_INSTALL=1 opts out
+#               (those tests then skip with the reason)
+#   make check  the contributor's inner loop: every test that starts no process, kernel, server or browser (minutes)
 # Override the interpreter with `make PYTHON=python3.12 ...`, the torch build with
 # `make TORCH_SPEC="torch torchvision" ...` (e.g. to let pip pick a build for your CUDA).
 # Without an NVIDIA GPU the CPU-only torch is installed (scripts/torch_source.py says which and why, in one line),
@@ -25,7 +28,8 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises saved claims diagrams tables
+.PHONY: lab test check test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises saved claims \
+        diagrams tables
 
 $(PY):
 	$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "mnist-scale-lab needs Python >= 3.10, found " + sys.version.split()[0]'
@@ -56,27 +60,41 @@ browser:
 slurm:
 	bash scripts/slurm/local_cluster.sh install || test $$? = 3
 
-unit: data browser slurm
-	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -ra --durations=15
+# Every notebook execution of a `make test` is logged here (tests/notebook_runs.py); tests/test_executed_once.py
+# reads it last: each notebook ran whole exactly once, the hosted, browser and AVX2 paths only a few of its cells.
+EXEC_LOG    := $(abspath results/exec-log.jsonl)
+TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
+               MNIST_NB_TOTAL=$(NB_TOTAL)
+# the markers of tests that start something, and of the few slow ones (tests/conftest.py, docs/TESTING.md);
+# `make check` leaves them out
+STARTS      := process or kernel or system or slow
 
+# The inner loop (docs/TESTING.md): no process, kernel, server or browser; a few minutes on 2 cores.
+check: data
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -m "not ($(STARTS))" -q -p no:cacheprovider \
+	  --durations=10
+
+# Every test but the notebooks' own runs (tests/test_notebooks.py).
+unit: data browser slurm
+	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py -ra --durations=25
+
+# Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/test_notebooks.py).
+# `pytest --nbmake notebooks/[0-9]*.ipynb` runs the same notebooks through the nbmake plugin.
 notebooks: data
-	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_PROFILE=quick $(PY) -m pytest --nbmake \
-	  --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra --durations=0 notebooks/[0-9]*.ipynb
+	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest tests/test_notebooks.py -ra --durations=0 -p no:cacheprovider
 
 # An AVX2-only CPU (most laptops: no AVX-512, no AMX, no native bf16), on any x86-64 CPU: oneDNN and ATen limited
-# to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then notebooks 05 and 10 (quick).
+# to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then the cells of notebooks 05 and 10
+# whose choices depend on the CPU's instructions (tests/test_avx2_notebooks.py; the notebooks run whole once, natively).
 # torch.compile's on-disk cache is not keyed by ATEN_CPU_CAPABILITY: code cached by a native run, replayed under
 # avx2, computed out-of-bounds indices (torch 2.14.1, measured), so this profile compiles into its own cache.
 AVX2_ENV    := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MNIST_EXPECT_AVX2=1 \
                TORCHINDUCTOR_CACHE_DIR=$(abspath results/avx2/inductor-cache)
 AVX2_TESTS  := tests/test_platforms.py tests/test_amp.py tests/test_memory.py tests/test_throughput.py \
-               tests/test_speedrun.py tests/test_autotune.py
+               tests/test_speedrun.py tests/test_autotune.py tests/test_avx2_notebooks.py
 test-avx2: data
-	$(AVX2_ENV) MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_RESULTS_DIR=$(abspath results/avx2) \
+	$(AVX2_ENV) $(TEST_ENV) MNIST_RESULTS_DIR=$(abspath results/avx2) \
 	  $(PY) -m pytest $(AVX2_TESTS) -ra -p no:cacheprovider
-	$(AVX2_ENV) MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_RESULTS_DIR=$(abspath results/avx2) MNIST_PROFILE=quick \
-	  $(PY) -m pytest --nbmake --nbmake-timeout=$(NB_TIMEOUT) --timeout=$(NB_TOTAL) -p no:cacheprovider -ra \
-	  notebooks/05_*.ipynb notebooks/10_*.ipynb
 
 # mnist_helpers/saved.py: the code the notebooks mark #@save, copied as written (tests/test_saved.py checks it is current)
 saved: install
@@ -97,8 +115,16 @@ tables: install
 diagrams: install
 	$(PY) scripts/make_diagrams.py
 
-# the README's test command: the unit tests, every notebook in the quick profile, and the AVX2 profile
-test: unit notebooks test-avx2
+# the README's test command: every test (units, each notebook once, Slurm, the browser), the AVX2 profile, then the
+# check that each notebook ran whole exactly once. Phase times: docs/TESTING.md.
+test: data browser slurm
+	@rm -f $(EXEC_LOG)
+	@date +'make test: units and notebooks from %T'
+	$(TEST_ENV) $(PY) -m pytest tests -ra --durations=30 -p no:cacheprovider
+	@date +'make test: the AVX2 profile from %T'
+	$(MAKE) --no-print-directory test-avx2
+	@date +'make test: the execution log at %T'
+	$(TEST_ENV) MNIST_EXEC_CHECK=1 $(PY) -m pytest tests/test_executed_once.py -ra -p no:cacheprovider -s -q
 
 # The full profile under nbmake, no time limits (cells of 10 run for minutes); outputs are written into the
 # notebook (--overwrite): `make strip` before committing.

@@ -43,3 +43,114 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# --------------------------------------------------------------------------- markers that mean something
+# Every test that starts a process carries one of these (docs/TESTING.md). `make check` deselects them (and `slow`)
+# and runs the rest in a few minutes; `make test` runs everything. The guard below enforces it: a test without one of
+# them that starts a process (subprocess, fork, multiprocessing, a DataLoader with workers, a kernel) fails.
+PROCESS_MARKERS = {
+    "process": "starts processes of its own: python, torchrun worlds, fork, DataLoader workers, a JupyterLab server",
+    "kernel": "starts a Jupyter kernel: executes notebook cells",
+    "system": "needs software the Makefile installs as root (Chromium, Slurm, network namespaces); "
+              "skips under MNIST_NO_SYSTEM_INSTALL=1",
+}
+SLOW = "slow: starts no process but trains or evaluates for more than 30 s on a 2-core CPU (`make check` leaves it out)"
+_CURRENT: list = [None]  # the test being run (setup, call, teardown), None during collection
+
+
+class UnmarkedProcess(RuntimeError):
+    pass
+
+
+def _refuse(what: str):
+    def start(*args, **kwargs):
+        item = _CURRENT[0]
+        raise UnmarkedProcess(
+            f"{item.nodeid} starts a process ({what}) but carries none of the markers "
+            f"{', '.join(sorted(PROCESS_MARKERS))}: mark it (tests/conftest.py, docs/TESTING.md) so that "
+            "`make check` leaves it out")
+    return start
+
+
+def _marked(item) -> bool:
+    return any(item.get_closest_marker(m) for m in PROCESS_MARKERS)
+
+
+def _guarded(original, what: str):
+    refuse = _refuse(what)
+
+    def start(*args, **kwargs):
+        item = _CURRENT[0]
+        if item is not None and not _marked(item):
+            return refuse(*args, **kwargs)
+        return original(*args, **kwargs)
+    start.__wrapped__ = original
+    return start
+
+
+def pytest_configure(config):
+    import _posixsubprocess
+    import platform
+    import subprocess
+
+    platform.uname().processor  # cached for the session: the stdlib asks `uname -p` once, not inside a test
+
+    for name, what in PROCESS_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+    config.addinivalue_line("markers", SLOW)
+    subprocess.Popen._execute_child = _guarded(subprocess.Popen._execute_child, "subprocess")
+    _posixsubprocess.fork_exec = _guarded(_posixsubprocess.fork_exec, "multiprocessing spawn or forkserver")
+    for name in ("fork", "forkpty", "system", "posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            setattr(os, name, _guarded(getattr(os, name), f"os.{name}"))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    _CURRENT[0] = item
+    try:
+        yield
+    finally:
+        _CURRENT[0] = None
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """A test that reads a notebook's run (the ``executed`` fixture) starts a kernel: it is marked ``kernel`` here,
+    before ``-m`` selects. The system tests skip, with the reason, where the learner opted out of root installs."""
+    for item in items:
+        if "executed" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("kernel"):
+            item.add_marker(pytest.mark.kernel)
+    if os.environ.get("MNIST_NO_SYSTEM_INSTALL") == "1":
+        skip = pytest.mark.skip(reason="MNIST_NO_SYSTEM_INSTALL=1: Chromium, Slurm and network namespaces "
+                                       "are not installed or used (unset it to run these tests)")
+        for item in items:
+            if item.get_closest_marker("system"):
+                item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- each notebook, executed once
+@pytest.fixture(scope="session")
+def executed(tmp_path_factory):
+    """``executed(stem)``: the notebook run top to bottom once per session with nbmake's runner, in the quick profile
+    unless ``MNIST_PROFILE`` says otherwise (tests/notebook_runs.py). Returns ``.nb`` (executed), ``.error`` (None,
+    or nbmake's NotebookError) and ``.results``: the folder its record steps wrote to (``MNIST_RESULTS_DIR``, one
+    per notebook). Every test that reads a notebook's outputs or results takes them from here, so no notebook runs
+    twice."""
+    import types
+
+    import notebook_runs
+
+    cache: dict = {}
+
+    def get(stem: str):
+        path = notebook_runs.path_of(stem)
+        if path.stem not in cache:
+            results = tmp_path_factory.mktemp(f"results-{path.stem[:2]}")
+            env = {"MNIST_PROFILE": os.environ.get("MNIST_PROFILE") or "quick", "MNIST_RESULTS_DIR": str(results)}
+            with mock.patch.dict(os.environ, env):
+                run = notebook_runs.run_whole(path)
+            cache[path.stem] = types.SimpleNamespace(nb=run.nb, error=run.error, results=results)
+        return cache[path.stem]
+    return get

@@ -109,6 +109,7 @@ def test_gradscaler_skips_overflowing_steps_and_recovers_underflow(small_mnist):
     assert first["found_inf"] and first["skipped"]  # inf gradients: the weights were left alone
 
 
+@pytest.mark.process
 def test_no_sync_all_reduces_once_per_step():
     from mnist_helpers.launch import torchrun
 

@@ -6,6 +6,7 @@ from mnist_helpers.lessons.l09_profiling import (NotMeasured, _Budget, autotune,
 from mnist_helpers.train import TrainConfig
 
 
+@pytest.mark.process
 def test_tiny_budget_still_returns_a_measured_valid_configuration(mnist_root):
     res = autotune(budget_s=0.01, device="cpu", model="fastnet", max_batch_size=64, subset=128, steps=1, repeats=2,
                    nproc=[1, 2], log=None)

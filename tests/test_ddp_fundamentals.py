@@ -13,7 +13,7 @@ from torch import nn
 
 from mnist_helpers.launch import torchrun
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300),
+pytestmark = [pytest.mark.process, pytest.mark.timeout(300),
               pytest.mark.filterwarnings("ignore:3 processes on 2 CPU cores")]
 
 

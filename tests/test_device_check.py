@@ -42,7 +42,7 @@ def archive_members(out: Path) -> dict[str, dict]:
     return docs
 
 
-@pytest.mark.slow  # every section on the CPU: about 2 minutes on 2 busy cores
+@pytest.mark.process  # every section on the CPU: about 2 minutes on 2 busy cores
 def test_cpu_dry_run_packs_every_section(tmp_path, mnist_root):
     out = tmp_path / "out"  # given as $OUT, as on the device machine
     fail = "speedrun_chain:onecycle,nccl:all_reduce 4096"  # two runs fail: recorded, the rest goes on
@@ -79,6 +79,7 @@ def test_cpu_dry_run_packs_every_section(tmp_path, mnist_root):
     assert (out / "time_to_accuracy.json").read_text() == json.dumps(docs["time_to_accuracy.json"], indent=1)
 
 
+@pytest.mark.process
 def test_a_section_over_its_limit_is_a_timeout_with_its_place_kept(tmp_path, mnist_root):
     done = run_script([str(tmp_path / "out"), "--cpu-dry-run"], timeout=120, DEVICE_CHECK_SECTIONS="nccl",
                       DEVICE_CHECK_LIMIT_nccl="1", MNIST_DATA_ROOT=str(mnist_root))
@@ -100,6 +101,7 @@ def test_the_nccl_section_says_it_measures_launch_overhead_not_communication(tmp
     assert f"section nccl settles no claim: {dc.NCCL_MEASURES}" in capsys.readouterr().out
 
 
+@pytest.mark.process
 def test_the_notebooks_section_is_last_bounded_and_skippable():
     """Static (it needs a GPU to run for real): the script parses, the section runs notebooks 00-11 in the quick
     profile under nbmake on copies, after every other section, under limits cut to the budget."""
@@ -125,7 +127,7 @@ def _tiny_notebook(path, source):
     return path
 
 
-@pytest.mark.slow  # two notebooks, each its own pytest and kernel: about 30 s on 2 busy cores
+@pytest.mark.process  # two notebooks, each its own pytest and kernel: about 30 s on 2 busy cores
 def test_the_notebooks_section_records_each_notebook(tmp_path, mnist_root):
     pytest.importorskip("nbmake")
     nbs = tmp_path / "nbs"
@@ -168,6 +170,7 @@ def test_notebooks_report_keeps_what_finished(tmp_path):
         assert tar.getnames() == ["notebooks/00_a.ipynb"]
 
 
+@pytest.mark.process
 def test_without_an_output_folder_it_says_how_to_give_one(tmp_path):
     done = run_script([], timeout=60)
     assert done.returncode == 2 and "set OUT" in done.stderr, done.stderr
@@ -175,6 +178,7 @@ def test_without_an_output_folder_it_says_how_to_give_one(tmp_path):
     assert done.returncode == 2 and "usage" in done.stderr
 
 
+@pytest.mark.process
 def test_on_a_machine_without_gpu_the_real_run_refuses(tmp_path):
     import torch
 

@@ -39,10 +39,12 @@ def drawn(tmp_path_factory):
     return _draw(tmp_path_factory.mktemp("figures"))
 
 
+@pytest.mark.process
 def test_the_script_draws_the_five_diagrams(drawn):
     assert sorted(drawn) == sorted(NAMES)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("name", NAMES)
 def test_each_is_a_readable_small_png(drawn, name):
     data = drawn[name]
@@ -57,6 +59,7 @@ def test_each_is_a_readable_small_png(drawn, name):
     assert img.shape[:2] == (height, width) and img.std() > 0.05, "an empty picture"
 
 
+@pytest.mark.process
 def test_a_rerun_writes_the_same_bytes(drawn, tmp_path):
     assert _draw(tmp_path) == drawn, "make_diagrams.py is not deterministic"
 

@@ -9,7 +9,7 @@ import pytest
 from mnist_helpers.launch import LaunchError, torchrun
 
 HERE = Path(__file__).resolve().parent
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.process
 
 
 def test_two_process_ddp_leaves_identical_parameters(mnist_root, tmp_path):

@@ -12,6 +12,7 @@ from mnist_helpers.resources import usable_cores
 from mnist_helpers.ports import hold_port
 
 
+@pytest.mark.process
 def test_cli_reports_every_check_as_json(mnist_root):
     proc = subprocess.run([sys.executable, "-m", "mnist_helpers.doctor", "--json"], capture_output=True, text=True,
                           timeout=120)
@@ -29,6 +30,7 @@ def test_wrong_interface_is_an_error_and_fails_the_exit_code(monkeypatch, capsys
     assert "[ERROR] GLOO_SOCKET_IFNAME" in out and "fix:" in out
 
 
+@pytest.mark.process
 def test_held_port_is_named_with_its_process(monkeypatch):
     with hold_port() as (port, proc):
         monkeypatch.setenv("MASTER_PORT", str(port))

@@ -123,6 +123,7 @@ print("RESULTS" + json.dumps(results))
 '''
 
 
+@pytest.mark.process
 def test_documented_commands_parse():
     commands = documented_commands()
     assert len(commands) >= 20, f"found only {len(commands)} documented commands: the collector is broken"
@@ -148,6 +149,7 @@ def test_the_readme_and_docs_are_collected():
     assert set(readme + clusters) <= {c for c, _ in documented_commands()}
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("cmd", ["python -m mnist_helpers.workers.progression.ddp_train --num_epochs 1"])
 def test_the_checker_catches_a_wrong_flag(cmd):
     proc = subprocess.run([sys.executable, "-c", CHECKER], input=json.dumps([cmd]), capture_output=True,

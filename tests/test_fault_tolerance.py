@@ -66,6 +66,7 @@ def test_stop_file_snapshots_that_step_and_the_resume_loses_nothing(tmp_path, mn
     assert resumed["final_test_acc"] == full["final_test_acc"]
 
 
+@pytest.mark.process
 def test_stop_file_stops_every_rank_at_the_same_step_under_torchrun(tmp_path, mnist_root):
     """Two workers under torchrun: the all-reduce makes both stop after step 2, torchrun ends with 0 and the
     snapshot holds step 2; the resubmitted command, the file gone, trains on from there with the replicas equal."""
@@ -113,6 +114,7 @@ def test_launcher_sets_store_variable_only_for_restarts(monkeypatch):
     assert seen["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
 
 
+@pytest.mark.process
 def test_kill_9_worker_restarts_and_matches_uninterrupted(tmp_path, mnist_root):
     """Rank 1 is SIGKILLed after step 5 of 8 (mid-epoch, snapshot at step 3); torchrun --max-restarts
     restarts the group, which resumes there and ends within 0.3 points of an uninterrupted run.

@@ -84,7 +84,7 @@ def test_build_command_shapes(tmp_path):
         build_command("m", nnodes=2)
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 def test_two_processes_return_results_with_rank_prefixes(capsys):
     result = run_workers("ok_worker.py")
     assert result["world_size"] == 2
@@ -98,7 +98,7 @@ def test_two_processes_return_results_with_rank_prefixes(capsys):
     assert all(re.match(r"\[(rank \d+|torchrun)\] ", line) for line in lines[1:] if line)
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 def test_failing_rank_raises_with_root_cause():
     with pytest.raises(LaunchError) as info:
         run_workers("fail_worker.py")
@@ -111,7 +111,7 @@ def test_failing_rank_raises_with_root_cause():
     assert "[rank 1] ValueError: boom on rank 1" in err.output
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 def test_timeout_stops_every_process(tmp_path):
     start = time.monotonic()
     # 10 s leaves a loaded machine time to start the workers (they write pids within ~3 s).
@@ -122,7 +122,7 @@ def test_timeout_stops_every_process(tmp_path):
     assert_all_gone(wait_for_pids(tmp_path, 2, timeout=0), str(tmp_path))
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 @pytest.mark.parametrize("target", ["kernel_group", "kernel_only"])
 def test_keyboard_interrupt_stops_every_process(tmp_path, target):
     """Jupyter's interrupt sends SIGINT to the kernel's process group (torchrun gets it too);
@@ -143,7 +143,7 @@ def test_keyboard_interrupt_stops_every_process(tmp_path, target):
     assert_all_gone(pids, str(tmp_path))
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the reaper needs Linux's prctl")
 @pytest.mark.parametrize("target", ["kernel_group", "kernel_only", "torchrun"])
 def test_sigkill_leaves_no_orphan(tmp_path, target):
@@ -179,7 +179,7 @@ def test_sigkill_leaves_no_orphan(tmp_path, target):
             p.kill()
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 def test_busy_master_port_does_not_matter():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", free_port()))
@@ -189,7 +189,7 @@ def test_busy_master_port_does_not_matter():
     assert result["world_size"] == 2 and result["master_port"] != port
 
 
-@pytest.mark.slow  # starts torchrun and 2 workers
+@pytest.mark.process  # starts torchrun and 2 workers
 def test_cuda_request_without_gpus_gives_a_runnable_command(tmp_path):
     import torch
 
@@ -248,6 +248,23 @@ def test_root_cause_without_error_file(tmp_path):
     rank, code, cause = _root_cause(unrecorded, no_file)
     assert (rank, code) == (3, 1)
     assert cause.splitlines()[0] == "RuntimeError: shapes do not match" and "train.py" in cause
+
+
+def test_a_failure_of_rank_0_is_named_rank_0_not_torchrun(tmp_path):
+    """Rank 0 is a rank like any other: its failure is reported as "rank 0 failed", and only a failure with no rank
+    (torchrun itself) as "torchrun". (A test of ``rank`` for truth instead of ``is not None`` blamed torchrun.)"""
+    from mnist_helpers.launch import _raise_on_failure
+
+    printed = ("[rank 0] Traceback (most recent call last):\n"
+               '[rank 0]   File "train.py", line 7, in <module>\n'
+               "[rank 0] RuntimeError: shapes do not match\n")
+    section = ROOT_CAUSE_SECTION.format(code=1, traceback="To enable traceback see: ...").replace(
+        "rank      : 3 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+    for output, who, rank in ((printed + section, "rank 0", 0), ("torchrun: error: bad flag\n", "torchrun", None)):
+        with pytest.raises(LaunchError) as err:
+            _raise_on_failure(1, ["torchrun", "w.py"], output, tmp_path / "missing.json", 60)
+        assert str(err.value).startswith(f"{who} failed (exit code 1)"), str(err.value)
+        assert err.value.rank == rank
 
 
 def test_a_rank_aborted_after_a_peers_expected_error_names_the_peers_error(tmp_path):

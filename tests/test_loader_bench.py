@@ -32,6 +32,7 @@ def test_datasets_agree(mnist_root):
         lb.make_dataset("parquet")
 
 
+@pytest.mark.process
 def test_loader_sweep_collapses_worker_knobs_at_zero(tv):
     rows = lb.loader_sweep(tv, num_workers=(0, 1), prefetch_factor=(2, 4), persistent_workers=(False, True),
                            epochs=2, max_batches=2, repeats=2)
@@ -52,6 +53,7 @@ def test_bad_sweep_arguments(tv, kwargs, match):
         lb.loader_sweep(tv, **kwargs)
 
 
+@pytest.mark.process
 def test_training_sweep_splits_wait_and_compute(tv):
     made = []
 
@@ -68,6 +70,7 @@ def test_training_sweep_splits_wait_and_compute(tv):
         assert min(r["repeats"]) <= r["images_per_s"] <= max(r["repeats"])
 
 
+@pytest.mark.process
 @pytest.mark.skipif("fork" not in multiprocessing.get_all_start_methods(), reason="no fork on this platform")
 def test_worker_memory_reads_each_worker(mnist_root):
     ds = {"tensor": lb.make_dataset("tensor", mnist_root, subset=2000),
@@ -146,6 +149,7 @@ def test_too_many_verdict_needs_a_gap_outside_the_spread():
     assert lb.too_many_verdict(slow[:2], cores=2)["verdict"] == "not testable here"
 
 
+@pytest.mark.process
 def test_widget_degrades_to_static_output(tv, capsys):
     from mnist_helpers.lessons.l03_dataloader import loader_widget
     rows = loader_widget(tv, num_workers=1, batch_size=64, max_batches=2, interactive=False)

@@ -24,6 +24,7 @@ ROOT = os.geteuid() == 0
 pytestmark = pytest.mark.timeout(400)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("flag", ["--port=8888", "--ip=0.0.0.0"], ids=["ssh-tunnel", "container"])
 def test_make_lab_as_the_readme_says(flag, tmp_path):
     line = readme_lab_line(flag)
@@ -51,6 +52,7 @@ def test_make_lab_as_the_readme_says(flag, tmp_path):
         assert nb["content"]["metadata"]["kernelspec"]["name"] == committed["metadata"]["kernelspec"]["name"]
 
 
+@pytest.mark.process
 def test_allow_root_only_for_root():
     """The dry run (`make -n lab`) adds --allow-root for uid 0 only; as root, also checked as uid 65534."""
     def jupyter_line(prefix):

@@ -74,6 +74,7 @@ def test_loss_tensor_accumulation_keeps_graphs():
         leak_demo(accumulate="float")
 
 
+@pytest.mark.process
 def test_run_isolated_measures_growth_in_a_fresh_process():
     batch = 64
     r = run_isolated(leak_demo, num_steps=5, accumulate="tensor", backward=False, batch_size=batch)

@@ -51,6 +51,7 @@ def run_agents(args_for, nnodes=2, **kw):
     return out
 
 
+@pytest.mark.process
 def test_two_agents_c10d_with_kill_9_and_restart(tmp_path, one_node):
     """Two agents (--nnodes 2, c10d) on this machine; rank 1 is SIGKILLed after step 5 and the group
     restarts from the step-3 snapshot (the restart that hangs on torch 2.14 unless the launcher sets
@@ -98,6 +99,7 @@ def two_hosts():
             _ip("netns", "del", ns, check=False)
 
 
+@pytest.mark.system
 def test_two_hosts_in_network_namespaces(tmp_path, two_hosts, one_node):
     """One torchrun agent per namespace, rendezvous at host 0's 10.231.x address, gloo pinned to the
     veth interface: trains to the same accuracy as one node with two processes."""

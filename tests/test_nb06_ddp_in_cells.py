@@ -60,7 +60,7 @@ def test_every_change_from_single_to_ddp_is_marked_once(work):
     assert len((work / "train_ddp.py").read_text().splitlines()) <= 110, "a short script the learner reads whole"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.timeout(300)
 def test_the_cell_written_ddp_script_trains_shards_and_counts_exactly(work, mnist_root):
     args = ["--epochs", 2, "--subset", 512, "--test-images", 301, "--device", "cpu", "--batch-size", 32]
@@ -77,7 +77,7 @@ def test_the_cell_written_ddp_script_trains_shards_and_counts_exactly(work, mnis
     assert not l06.epochs_differ(run2), "without set_epoch every epoch starts alike"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.timeout(300)
 def test_allreduce_by_hand_matches_the_global_batch_and_ddp(work, mnist_root):
     run = torchrun(str(work / "allreduce_by_hand.py"), nproc=2, device="cpu", echo=False, timeout=240)
@@ -111,6 +111,7 @@ def test_fork_after_cuda_says_why_without_a_gpu(monkeypatch):
     assert out == {"reproduced": False, "why": out["why"]} and "no CUDA GPU" in out["why"]
 
 
+@pytest.mark.process
 def test_find_cuda_initializer_names_the_module_and_line(tmp_path):
     (tmp_path / "touches_cuda.py").write_text(
         "import torch\ntry:\n    torch.cuda.current_device()\nexcept (RuntimeError, AssertionError):\n    pass\n")
@@ -139,7 +140,7 @@ def test_dp_vs_ddp_verdict_from_rounds():
     assert l06.dp_vs_ddp_verdict(rows([2.0, 1.0], [1.0, 2.0])) == "inconclusive"
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.timeout(300)
 def test_dp_and_ddp_are_warmed_up_and_timed_over_the_same_steps(mnist_root):
     rows = l06.dp_vs_ddp(2, batch_size=8, steps=2, warmup=1, repeats=2, rounds=1, device="cpu")

@@ -54,6 +54,7 @@ def readme_section(title: str) -> str:
     return m.group(0)
 
 
+@pytest.mark.process
 def test_the_no_make_route_leaves_the_installed_torch_alone(tmp_path):
     """`pip install -e .` in an environment that already has torch/torchvision installs neither again: pip's
     own resolver, asked offline (--no-index) for a report of what it would install."""

@@ -50,6 +50,7 @@ def test_bad_schedule_is_refused():
         profile_training("fastnet", wait=-1)
 
 
+@pytest.mark.process
 def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
     from mnist_helpers.launch import torchrun
 
@@ -67,6 +68,7 @@ def test_two_process_worker_labels_the_all_reduce(tmp_path, mnist_root):
     assert set(LABELS) <= {ev.get("name") for ev in events}
 
 
+@pytest.mark.process
 def test_two_process_worker_trains_to_a_target_accuracy(mnist_root):
     from mnist_helpers.launch import torchrun
 

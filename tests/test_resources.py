@@ -20,6 +20,7 @@ def test_machine_info_and_describe_keep_their_shape():
                        "gpus": [{"name": "RTX 3070", "memory_gib": 8}]}) == "X (8 cores), 1x RTX 3070, torch 2.x"
 
 
+@pytest.mark.process
 @pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="no CPU affinity on this OS")
 def test_a_pinned_process_says_how_many_cores_it_may_use():
     """taskset / a cpuset: os.cpu_count() still counts the machine; the record and the line say the cores usable."""
@@ -76,6 +77,7 @@ def test_framework_info_names_the_knobs():
     json.dumps(info)
 
 
+@pytest.mark.process
 def test_shell_equivalents_run_or_say_absent(monkeypatch):
     res = l01.shell_equivalent("lscpu")
     assert res["command"] == "lscpu" and res["output"]

@@ -134,7 +134,26 @@ def test_agreement_alone_and_the_message_for_ranks_that_disagree(tmp_path, mnist
     assert "put --snapshot on a filesystem every node shares" in text
 
 
-@pytest.mark.slow
+def test_ranks_resume_only_when_every_rank_sees_the_same_snapshot(monkeypatch, tmp_path):
+    """agree_on_snapshot decides from every rank's view, not rank 0's: all see the same file -> resume; none sees one
+    -> start afresh; anything else (one rank sees no file, or another file) -> the same SnapshotError on every rank.
+    The views come from all_gather_object; here they are given, as a world of four would gather them."""
+    from mnist_helpers import distributed
+
+    snap = tmp_path / "s.pt"
+    same, other = (4, "0123456789abcdef"), (2, "fedcba9876543210")
+    cases = [([same] * 4, True), ([None] * 4, False), ([same, None, same, same], None), ([None, same, None, None], None),
+             ([same, same, other, same], None)]
+    for views, expected in cases:
+        monkeypatch.setattr(distributed, "gather_objects", lambda obj, views=views: list(views))
+        if expected is None:
+            with pytest.raises(SnapshotError, match="not the same file on every rank"):
+                distributed.agree_on_snapshot(snap)
+        else:
+            assert distributed.agree_on_snapshot(snap) is expected, views
+
+
+@pytest.mark.process
 @pytest.mark.parametrize("module", ["ddp_train", "ft_train"])
 def test_nodes_without_a_shared_filesystem_stop_with_the_fix(tmp_path, mnist_root, module):
     """Two ranks, each with a snapshot folder of its own: rank 0 saves where rank 1 cannot see. Resumed, the ranks

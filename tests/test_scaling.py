@@ -104,6 +104,7 @@ def test_article_comparison_pairs_rounds(monkeypatch):
     assert ratios == pytest.approx([1.5 * 1.02 / 1.01, 1.5 * 1.04 / 1.03])
 
 
+@pytest.mark.process
 def test_allreduce_sweep_rows_and_ring_columns():
     rows = scaling.allreduce_sweep([4096, 1 << 20], world_sizes=[2], iters=3, repeats=2, warmup=1)
     assert [(r["world_size"], r["bytes"]) for r in rows] == [(2, 4096), (2, 1 << 20)]
@@ -113,6 +114,7 @@ def test_allreduce_sweep_rows_and_ring_columns():
     assert [g["ring_bytes_vs_first"] for g in growth] == [1.0, 1.5]
 
 
+@pytest.mark.process
 def test_ddp_variants_measure_step_and_communication():
     rows = scaling.ddp_variants([(25, "none"), (25, "fp16")], model="fastnet", batch_size=32,
                                 steps=1, repeats=2, warmup=1)
@@ -122,6 +124,7 @@ def test_ddp_variants_measure_step_and_communication():
         assert 0 <= r["comm_fraction"] < 1 and r["step_s"] > 0 and r["no_sync_step_s"] > 0
 
 
+@pytest.mark.process
 def test_ddp_memory_shows_the_bucket_copy_and_the_view_removes_it():
     """DDP keeps a gradient-sized copy in its buckets; gradient_as_bucket_view=True removes it (memory, not speed)."""
     from mnist_helpers.memory import run_isolated

@@ -55,6 +55,7 @@ def test_an_unknown_notebook_is_refused_with_the_registered_ids():
         series.notebook("12")
 
 
+@pytest.mark.process
 def test_the_readme_and_instructor_tables_are_generated_from_the_registry():
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tables.py"), "--check"],
                           capture_output=True, text=True, timeout=120)

@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "scripts" / "slurm" / "local_cluster.sh"
 SBATCH = REPO / "scripts" / "slurm" / "train.sbatch"
 QUICK = ["--model", "fastnet", "--subset", "256", "--batch-size", "64", "--test-subset", "500"]
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(300)]
 REFERENCE: dict = {}
 
 

@@ -223,6 +223,7 @@ def test_flops_and_peak():
     assert peak > 1e6 and set(detail) == {"matmul", "conv1x1"} and peak == max(detail.values())  # the better GEMM
 
 
+@pytest.mark.process
 def test_bench_quick_writes_json(tmp_path, mnist_root):
     out = tmp_path / "tta.json"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_time_to_accuracy.py"), "--quick",
@@ -340,6 +341,7 @@ def test_fine_evaluation_near_a_target(mnist_root):
     assert [e["step"] for e in run["evals"]] == [4, 8]
 
 
+@pytest.mark.process
 def test_device_check_is_valid_bash():
     assert subprocess.run(["bash", "-n", str(REPO / "scripts" / "device_check.sh")]).returncode == 0
 

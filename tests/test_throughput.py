@@ -15,6 +15,7 @@ def test_step_throughput_in_process_returns_one_value_per_block():
     assert all(v > 0 for v in res["images_per_s"])
 
 
+@pytest.mark.process
 def test_sweep_runs_each_setting_in_its_own_process(capsys):
     rows = tp.threads_sweep([1, 2], rounds=1, model="fastnet", batch_size=8, steps=2, warmup=1, repeats=2)
     printed = capsys.readouterr().out
@@ -25,6 +26,7 @@ def test_sweep_runs_each_setting_in_its_own_process(capsys):
     assert all(r["label"] == f"threads={r['threads']}" for r in rows)
 
 
+@pytest.mark.process
 def test_the_module_runs_itself_with_dashed_flags():
     settings = {"model": "fastnet", "batch_size": 8, "threads": 1, "channels_last": False, "tf32": True,
                 "steps": 1, "warmup": 0, "repeats": 1}
@@ -54,6 +56,7 @@ def test_bad_input_is_rejected(call, match):
         call()
 
 
+@pytest.mark.process
 def test_a_failing_subprocess_raises_with_its_error():
     with pytest.raises(RuntimeError, match="failed"):
         tp.measure({"model": "no-such-model", "steps": 1, "warmup": 0, "repeats": 1})

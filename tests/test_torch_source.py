@@ -37,6 +37,7 @@ def test_the_learner_can_turn_the_choice_off_or_force_it():
         ts.choose(PIN, setting="gpu", gpu=never, local=never, online=never)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("url, expected", [("file:///opt/pypi/torch-2.14.1-cp311.whl", True),
                                            ("https://files.pythonhosted.org/torch-2.14.1-cp311.whl", False)])
 def test_a_local_copy_is_read_from_pips_own_report(tmp_path, url, expected):
@@ -48,6 +49,7 @@ def test_a_local_copy_is_read_from_pips_own_report(tmp_path, url, expected):
     assert ts.local_copy(PIN, python=str(fake)) is expected
 
 
+@pytest.mark.process
 def test_a_broken_pip_counts_as_no_local_copy(tmp_path):
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho not json; exit 1\n")

@@ -38,7 +38,7 @@ def test_grad_accum_equals_big_batch_gradient(small_mnist):
     assert torch.allclose(params[0], params[1], atol=1e-5)
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # a whole epoch of 60,000 images: about a minute on a 2-core CPU
 def test_fastnet_one_epoch_full_set_reaches_97_percent(mnist_root):
     cfg = TrainConfig(model="fastnet", num_epochs=1, lr=3e-3, data_root=str(mnist_root))
     r = fit(cfg, verbose=False)
@@ -48,6 +48,7 @@ def test_fastnet_one_epoch_full_set_reaches_97_percent(mnist_root):
     assert row["train_loss"] < 0.5  # from ln(10) = 2.30 at the start
 
 
+@pytest.mark.slow  # bf16 evaluation of 10,000 test images: 43 s on a 2-core CPU without native bf16
 def test_max_steps_and_bf16_path(mnist_root):
     cfg = TrainConfig(model="fastnet", num_epochs=2, max_steps=5, amp="bf16", subset=2000, data_root=str(mnist_root))
     r = fit(cfg, verbose=False)

@@ -1,13 +1,14 @@
 """Each reproduction of 08_troubleshooting raises its real error, and its fix passes.
 
-The reproductions launch torchrun or fresh interpreters (seconds each on a small CPU), so they run
-once, concurrently, in a module-scoped fixture; the tests then read the records. Worlds of one
-wherever the error needs no second rank.
+The reproductions launch torchrun or fresh interpreters, and notebook 08 runs every one of them: the tests read
+the records of that one run (the ``executed`` fixture, tests/conftest.py: 08 top to bottom once per session, quick
+profile), which its record step writes to ``08_troubleshooting.json`` (``extra["records"]``), instead of running
+them all again (issue 46: a second run of the same reproductions took 167 s on a 2-core CPU). The helpers that
+need no process (the batch-size search, the OOM checklist) are tested directly below.
 """
 from __future__ import annotations
 
-import time
-from concurrent.futures import ThreadPoolExecutor
+import json
 
 import pytest
 import torch
@@ -17,48 +18,30 @@ from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batc
 from mnist_helpers.memory import is_oom
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 
-# name -> (call, a regex the error line must match)
+# name -> a regex the error line of notebook 08's record must match
 CASES = {
-    "port_in_use": (lambda: ts.port_in_use(nproc=1, timeout=120), r"EADDRINUSE|address already in use"),
-    "backend_interface": (None, r"Unable to find address for: eth-typo9"),  # run with collective_mismatch
-    "unused_parameters": (lambda: ts.unused_parameters(nproc=1, steps=2, warmup=1),
-                          r"Expected to have finished reduction"),
-    "collective_mismatch": (None, r"Timed out waiting"),
-    "out_of_memory": (lambda: ts.out_of_memory(batch_size=512, budget_mib=150), r"can't allocate memory|out of memory"),
-    "spawn_main": (lambda: ts.spawn_main(nprocs=1), r"Can't get attribute 'train' on <module '__main__'"),
-    "local_rank_argparse": (lambda: ts.local_rank_argparse(), r"unrecognized arguments: --local-rank=0"),
-    "loss_accumulation": (lambda: ts.loss_accumulation(num_steps=4), r"^$"),  # silent: memory grows, nothing raises
-    "download_race": (lambda: ts.download_race(), r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)"),
-    "eval_through_ddp": (lambda: ts.eval_through_ddp(nproc=2, timeout_s=3), r"Timed out waiting|timeout|timed out"),
-    "omp_threads": (lambda: ts.omp_threads(nproc=2), r"Setting OMP_NUM_THREADS"),
+    "port_in_use": r"EADDRINUSE|address already in use",
+    "backend_interface": r"Unable to find address for: eth-typo9",
+    "unused_parameters": r"Expected to have finished reduction",
+    "collective_mismatch": r"Timed out waiting",
+    "out_of_memory": r"can't allocate memory|out of memory",
+    "spawn_main": r"Can't get attribute 'train' on <module '__main__'",
+    "local_rank_argparse": r"unrecognized arguments: --local-rank=0",
+    "loss_accumulation": r"^$",  # silent: memory grows, nothing raises
+    "download_race": r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)",
+    "eval_through_ddp": r"Timed out waiting|timeout|timed out",
+    "omp_threads": r"Setting OMP_NUM_THREADS",
 }
 
 
-def _backend_then_collective() -> dict:
-    """The backend demo's fixed run is the collective worker with --fix: reuse it (one launch fewer)."""
-    backend = ts.backend_interface(nproc=2, timeout=120)
-    coll = ts.collective_mismatch(nproc=2, timeout_s=3, fixed_result=backend.details["fixed_result"])
-    return {"backend_interface": backend, "collective_mismatch": coll}
-
-
-def _timed(call):
-    start = time.perf_counter()
-    return call(), time.perf_counter() - start
-
-
 @pytest.fixture(scope="module")
-def records(mnist_root):
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=4) as pool:  # mostly waiting on subprocesses: overlap them
-        futures = {name: pool.submit(_timed, call) for name, (call, _) in CASES.items() if call is not None}
-        futures["backend+collective"] = pool.submit(_timed, _backend_then_collective)
-        out = {}
-        for name, f in futures.items():
-            result, seconds = f.result()
-            out.update(result if isinstance(result, dict) else {name: result})
-            print(f"{name}: {seconds:.0f} s")
-    print(f"reproductions took {time.perf_counter() - start:.0f} s in all")
-    return out
+def records(executed):
+    """Notebook 08's records, as ``ts.Repro`` objects, from its one run in this session."""
+    run = executed("08_troubleshooting")
+    doc = json.loads((run.results / "08_troubleshooting.json").read_text())
+    found = {r["name"]: ts.Repro(**r) for r in doc["extra"]["records"]}
+    assert set(CASES) <= set(found), f"notebook 08 no longer records {sorted(set(CASES) - set(found))}"
+    return {name: found[name] for name in CASES}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -66,7 +49,7 @@ def test_reproduction_raises_its_error_and_the_fix_passes(records, name):
     import re
 
     rec = records[name]
-    assert re.search(CASES[name][1], rec.error), f"{name}: unexpected error line {rec.error!r}"
+    assert re.search(CASES[name], rec.error), f"{name}: unexpected error line {rec.error!r}"
     assert rec.fixed_ok is True, f"{name}: the fixed run did not pass: {rec.details}"
     assert rec.diagnosis and rec.fix
 
@@ -129,12 +112,14 @@ def test_find_batch_size_does_not_hide_bugs_and_checks_input():
     assert is_oom(RuntimeError("CUDA out of memory. Tried to allocate")) and not is_oom(RuntimeError("shape"))
 
 
+@pytest.mark.process
 def test_find_batch_size_limited_really_runs_out_of_memory():
     res = find_batch_size_limited("net", start=1024, budget_mib=150)
     assert res["limit"]["method"] in ("RLIMIT_AS", "set_per_process_memory_fraction")
     assert res["tried"][0]["ok"] is False and res["batch_size"] and res["batch_size"] < 1024
 
 
+@pytest.mark.process
 def test_port_holder_is_found_and_released():
     with hold_port() as (port, proc):
         assert not port_is_free(port)

@@ -36,6 +36,7 @@ print("answer box shown")
 '''
 
 
+@pytest.mark.kernel
 @pytest.mark.parametrize("source, expect", [(EXPLORER, "['estimate']"), (ANSWER_BOX, "answer box shown")],
                          ids=["l11_memory_explorer", "answer_box"])
 def test_a_cell_with_widgets_finishes_when_its_code_does(source, expect):

@@ -154,6 +154,7 @@ def test_the_module_list_covers_notebooks_00_to_05():
         assert name in mods
 
 
+@pytest.mark.process
 def test_package_imports_and_runs_as_on_windows(tmp_path):
     rep = play_windows(tmp_path)
     assert rep["failed"] == {}, f"modules that do not import on Windows: {rep['failed']}"
@@ -172,6 +173,7 @@ def test_package_imports_and_runs_as_on_windows(tmp_path):
     assert calls["limit_memory"]["error"].startswith("ConfigError")
 
 
+@pytest.mark.process
 def test_imports_without_fcntl(tmp_path):
     rep = play_windows(tmp_path, (*POSIX_MODULES, "fcntl"))
     assert rep["failed"] == {}, f"modules that do not import on Windows: {rep['failed']}"
@@ -227,6 +229,7 @@ class WindowsPopen:
         self._proc.kill()
 
 
+@pytest.mark.process
 def test_stopping_torchrun_on_windows_sends_no_sigint(monkeypatch):
     from mnist_helpers.launch import _stop_tree
 

@@ -105,7 +105,7 @@ def test_ddp_train_keeps_its_flags():
     assert any(c.func.attr == "add_arguments" and ast.unparse(c.func.value) == "TrainConfig" for c in calls)
 
 
-@pytest.mark.slow
+@pytest.mark.process
 @pytest.mark.timeout(300)
 def test_the_three_workers_train_alike(tmp_path, mnist_root):
     """single == ddp_train without torchrun (bit for bit); mp.spawn == torchrun with 2 processes (bit for bit)."""

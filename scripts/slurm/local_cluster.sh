@@ -35,6 +35,8 @@ export PATH="$PATH:/usr/sbin:/sbin"
 
 install() {
     have_slurm && return 0
+    [ "${MNIST_NO_SYSTEM_INSTALL:-}" = 1 ] && cannot "MNIST_NO_SYSTEM_INSTALL=1, so Slurm is not installed" \
+        "(unset it to let make test apt-get slurmctld, slurmd, slurm-client and munge)"
     command -v apt-get >/dev/null || cannot "Slurm is not installed and apt-get is not available" \
         "(install slurmctld, slurmd, slurm-client and munge with your package manager)"
     [ "$(id -u)" = 0 ] || cannot "Slurm is not installed and installing it needs root:" \

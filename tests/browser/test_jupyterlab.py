@@ -1,10 +1,14 @@
-"""A real JupyterLab in a real browser: run 00_setup_and_data.ipynb with Run > Run All Cells (issue 11).
+"""A real JupyterLab in a real browser: run notebook 00's cells with Run > Run All Cells (issue 11).
 
 The server is the one a learner starts: the README's `make lab LAB_ARGS="--no-browser --port=8888"` (a free port
 in place of 8888), run by tests/lab_server.py as the user the tests run as (root in CI), over notebooks/ itself
-(issue 24). The server's environment carries ``MNIST_PROFILE=quick`` (the kernel runs the quick profile) and
-JupyterLab settings of the test's own: every cell in the DOM, no news, and autosave off, so the run never writes
-outputs into the committed notebook (checked byte for byte afterwards; restored and failed if it did). Headless
+(issue 24). The notebook it runs holds the cells of 00 that only a browser can prove (issue 46: the whole of 00
+runs once per `make test`, in tests/test_notebooks.py): the setup cell, the parameters, the environment table, the
+data check, a matplotlib figure and the exercise's answer box; it is written to notebooks/work/ (ignored by git,
+where notebook 06 writes its scripts too) from the committed notebook's own cells. The server's environment
+carries ``MNIST_PROFILE=quick`` (the kernel runs the quick profile) and JupyterLab settings of the test's own:
+every cell in the DOM, no news, and autosave off, so the run never writes outputs into a committed notebook
+(every notebooks/*.ipynb checked byte for byte afterwards; restored and failed if one changed). Headless
 Debian Chromium, driven by Playwright for Python, opens the notebook, runs all cells, waits until every code
 cell has an execution count and the kernel is idle, asserts that no cell shows a traceback, that the exercise
 widget (a text box and a Check button) rendered and answers through the kernel, and saves a screenshot to
@@ -30,13 +34,15 @@ import pytest
 from lab_server import make_lab, readme_lab_line
 
 REPO = Path(__file__).resolve().parents[2]
-NOTEBOOK = "00_setup_and_data.ipynb"
+SOURCE = "00_setup_and_data.ipynb"
+BROWSER_CELLS_00 = [1, 2, 4, 6, 12, 27]  # setup, parameters, environment table, data check, a figure, answer box
+NOTEBOOK = "work/browser_00.ipynb"
 CHROMIUM = os.environ.get("MNIST_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run"]
 RUN_TIMEOUT_S = int(os.environ.get("MNIST_BROWSER_TIMEOUT", "900"))
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(RUN_TIMEOUT_S + 300)]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(RUN_TIMEOUT_S + 300)]
 
 
 def _settings(folder: Path) -> None:
@@ -98,9 +104,20 @@ def lab(tmp_path):
     """`make lab` as the README says, over notebooks/ (or $MNIST_BROWSER_NOTEBOOKS); yields (base_url, token, dir).
 
     The committed notebook must come out byte for byte as it went in (autosave is off; nothing saves it)."""
+    import nbformat
+    import notebook_runs
+
     folder = Path(os.environ.get("MNIST_BROWSER_NOTEBOOKS", REPO / "notebooks")).resolve()
-    notebook, checkpoints = folder / NOTEBOOK, folder / ".ipynb_checkpoints"
-    before, had_checkpoints = notebook.read_bytes(), checkpoints.exists()
+    checkpoints = folder / ".ipynb_checkpoints"
+    committed = sorted(folder.glob("*.ipynb"))
+    before, had_checkpoints = {p: p.read_bytes() for p in committed}, checkpoints.exists()
+    nb = nbformat.read(folder / SOURCE, as_version=4)
+    assert "find_spec" in nb.cells[1].source and "answer_box(" in nb.cells[27].source, \
+        f"the browser's cells of {SOURCE} moved: update BROWSER_CELLS_00"
+    nb.cells = [nb.cells[i] for i in BROWSER_CELLS_00]
+    (folder / NOTEBOOK).parent.mkdir(exist_ok=True)
+    nbformat.write(nb, folder / NOTEBOOK)
+    notebook_runs.log(Path(SOURCE).stem, "browser", BROWSER_CELLS_00)
     try:
         with make_lab(readme_lab_line("--port=8888"), tmp_path,
                       lab_dir=None if folder == REPO / "notebooks" else folder, env=_lab_env(tmp_path)) as server:
@@ -108,11 +125,13 @@ def lab(tmp_path):
     finally:
         if not had_checkpoints:
             shutil.rmtree(checkpoints, ignore_errors=True)
-        changed = notebook.read_bytes() != before
-        if changed:
-            notebook.write_bytes(before)
+        (folder / NOTEBOOK).unlink(missing_ok=True)
+        changed = [p.name for p in committed if p.read_bytes() != before[p]]
+        for p in committed:
+            if p.name in changed:
+                p.write_bytes(before[p])
     if changed:
-        pytest.fail(f"running {NOTEBOOK} in JupyterLab wrote into the committed notebook (restored now)")
+        pytest.fail(f"running {NOTEBOOK} in JupyterLab wrote into the committed notebooks {changed} (restored now)")
 
 
 @pytest.fixture

@@ -1,0 +1,95 @@
+"""Every notebook execution of the test suite goes through this module, so that each notebook runs once per
+`make test` (issue 46) and a test can prove it.
+
+- ``run_whole(path)``: the notebook top to bottom with nbmake's own runner (``nbmake.nb_run.NotebookRun``, what
+  ``pytest --nbmake`` runs), in its folder, with the kernel ``python3``. ``tests/test_notebooks.py`` calls it once
+  per notebook through the session fixture ``executed`` (tests/conftest.py); every test that reads a notebook's
+  outputs takes them from there.
+- ``run_cells(cells, runner=...)``: a few cells (the smallest set that proves what only that path can test: a
+  hosted kernel, the AVX2 profile) in a kernel of the caller's choice.
+- ``log(...)``: the browser test runs its cells in JupyterLab, not here, and says so with this.
+
+Each execution appends one JSON line to ``$MNIST_EXEC_LOG`` when that is set (`make test` sets it):
+``{"notebook": stem, "runner": ..., "cells": "all" | [cell indices of the notebook], "pid": ...}``.
+``tests/test_executed_once.py`` reads it at the end of `make test`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[1]
+NB_DIR = REPO / "notebooks"
+NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
+CELL_TIMEOUT = int(os.environ.get("MNIST_NB_TIMEOUT", "900"))
+
+
+def log(stem: str, runner: str, cells, seconds: float | None = None) -> None:
+    """Append one execution to ``$MNIST_EXEC_LOG`` (nothing when unset)."""
+    target = os.environ.get("MNIST_EXEC_LOG")
+    if not target:
+        return
+    entry = {"notebook": stem, "runner": runner, "cells": cells, "pid": os.getpid(),
+             "seconds": None if seconds is None else round(seconds, 1), "at": time.strftime("%H:%M:%S")}
+    Path(target).parent.mkdir(parents=True, exist_ok=True)
+    with open(target, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(entry) + "\n")
+
+
+def path_of(stem: str) -> Path:
+    found = [p for p in NOTEBOOKS if p.stem == stem or p.name[:2] == stem]
+    if len(found) != 1:
+        raise KeyError(f"no single notebook {stem!r} in {NB_DIR}")
+    return found[0]
+
+
+def code_cells(path: Path) -> list[tuple[int, str]]:
+    """(index in the notebook, source) of every code cell."""
+    nb = nbformat.read(path, as_version=4)
+    return [(i, c.source) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+
+
+def run_whole(path: Path, timeout: int = CELL_TIMEOUT):
+    """nbmake's run of the whole notebook: ``NotebookResult`` (``.nb`` executed, ``.error`` None or the failure)."""
+    from nbmake.nb_run import NotebookRun
+
+    t0 = time.monotonic()
+    result = NotebookRun(path, timeout, verbose=False, kernel=None, find_import_errors=False).execute()
+    log(path.stem, "nbmake", "all", time.monotonic() - t0)
+    return result
+
+
+def run_cells(path: Path, indices: list[int], runner: str, *, extra: list[str] = (), kernel_name: str = "python3",
+              cwd: Path | None = None, timeout: int = CELL_TIMEOUT) -> nbformat.NotebookNode:
+    """The notebook's cells ``indices`` (code cells, in order), then the sources ``extra``, in a fresh kernel;
+    returns the executed notebook (nbclient raises CellExecutionError on the first failing cell)."""
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    chosen = [nb.cells[i] for i in indices]
+    if any(c.cell_type != "code" for c in chosen):
+        raise ValueError(f"{path.name}: cells {indices} are not all code cells")
+    nb.cells = chosen + [nbformat.v4.new_code_cell(src) for src in extra]
+    t0 = time.monotonic()
+    try:
+        NotebookClient(nb, kernel_name=kernel_name, timeout=timeout,
+                       resources={"metadata": {"path": str(cwd or path.parent)}}).execute()
+    finally:
+        log(path.stem, runner, list(indices), time.monotonic() - t0)
+    return nb
+
+
+def stdout_of(nb) -> str:
+    """Everything the cells printed (stream outputs), in order."""
+    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                   if o.get("output_type") == "stream")
+
+
+def errors_of(nb) -> list[str]:
+    """The error outputs (ename: evalue) of an executed notebook."""
+    return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
+            for o in c.get("outputs", []) if o.get("output_type") == "error"]
