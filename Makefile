@@ -65,23 +65,27 @@ slurm:
 EXEC_LOG    := $(abspath results/exec-log.jsonl)
 TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
                MNIST_NB_TOTAL=$(NB_TOTAL)
+# 2 cores: two pytest-xdist workers, the tests grouped by file and each notebook a group (tests/conftest.py);
+# `make test XDIST=` runs them one after another
+XDIST       ?= -n 2 --dist loadgroup
 # the markers of tests that start something, and of the few slow ones (tests/conftest.py, docs/TESTING.md);
 # `make check` leaves them out
 STARTS      := process or kernel or system or slow
 
 # The inner loop (docs/TESTING.md): no process, kernel, server or browser; a few minutes on 2 cores.
 check: data
-	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -m "not ($(STARTS))" -q -p no:cacheprovider \
-	  --durations=10
+	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -m "not ($(STARTS))" $(XDIST) -q \
+	  -p no:cacheprovider --durations=10
 
 # Every test but the notebooks' own runs (tests/test_notebooks.py).
 unit: data browser slurm
-	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py -ra --durations=25
+	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py $(XDIST) -ra --durations=25
 
 # Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/test_notebooks.py).
 # `pytest --nbmake notebooks/[0-9]*.ipynb` runs the same notebooks through the nbmake plugin.
 notebooks: data
-	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest tests/test_notebooks.py -ra --durations=0 -p no:cacheprovider
+	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest tests/test_notebooks.py $(XDIST) -ra --durations=0 \
+	  -p no:cacheprovider
 
 # An AVX2-only CPU (most laptops: no AVX-512, no AMX, no native bf16), on any x86-64 CPU: oneDNN and ATen limited
 # to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then the cells of notebooks 05 and 10
@@ -120,7 +124,7 @@ diagrams: install
 test: data browser slurm
 	@rm -f $(EXEC_LOG)
 	@date +'make test: units and notebooks from %T'
-	$(TEST_ENV) $(PY) -m pytest tests -ra --durations=30 -p no:cacheprovider
+	$(TEST_ENV) $(PY) -m pytest tests $(XDIST) -ra --durations=40 -p no:cacheprovider
 	@date +'make test: the AVX2 profile from %T'
 	$(MAKE) --no-print-directory test-avx2
 	@date +'make test: the execution log at %T'

@@ -18,6 +18,8 @@ from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batc
 from mnist_helpers.memory import is_oom
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 
+NOTEBOOK = "08_troubleshooting"  # whose run the records come from (tests/conftest.py: the same xdist group)
+
 # name -> a regex the error line of notebook 08's record must match
 CASES = {
     "port_in_use": r"EADDRINUSE|address already in use",
@@ -37,7 +39,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def records(executed):
     """Notebook 08's records, as ``ts.Repro`` objects, from its one run in this session."""
-    run = executed("08_troubleshooting")
+    run = executed(NOTEBOOK)
     doc = json.loads((run.results / "08_troubleshooting.json").read_text())
     found = {r["name"]: ts.Repro(**r) for r in doc["extra"]["records"]}
     assert set(CASES) <= set(found), f"notebook 08 no longer records {sorted(set(CASES) - set(found))}"

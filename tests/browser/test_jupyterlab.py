@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+import notebook_runs
 from lab_server import make_lab, readme_lab_line
 
 REPO = Path(__file__).resolve().parents[2]
@@ -105,7 +106,6 @@ def lab(tmp_path):
 
     The committed notebook must come out byte for byte as it went in (autosave is off; nothing saves it)."""
     import nbformat
-    import notebook_runs
 
     folder = Path(os.environ.get("MNIST_BROWSER_NOTEBOOKS", REPO / "notebooks")).resolve()
     checkpoints = folder / ".ipynb_checkpoints"
@@ -117,7 +117,6 @@ def lab(tmp_path):
     nb.cells = [nb.cells[i] for i in BROWSER_CELLS_00]
     (folder / NOTEBOOK).parent.mkdir(exist_ok=True)
     nbformat.write(nb, folder / NOTEBOOK)
-    notebook_runs.log(Path(SOURCE).stem, "browser", BROWSER_CELLS_00)
     try:
         with make_lab(readme_lab_line("--port=8888"), tmp_path,
                       lab_dir=None if folder == REPO / "notebooks" else folder, env=_lab_env(tmp_path)) as server:
@@ -215,7 +214,9 @@ def _browser_page(chromium):
 def test_run_all_cells_in_jupyterlab(chromium, lab):
     base, token, _ = lab
     with _browser_page(chromium) as (sync_api, page, shots):
+        t0 = time.monotonic()
         _open_and_run_all(page, sync_api, base, token, NOTEBOOK, shots)
+        notebook_runs.log(Path(SOURCE).stem, "browser", BROWSER_CELLS_00, time.monotonic() - t0)
 
         # the exercise's answer box: a live ipywidgets view, talking to the kernel
         widget = page.locator(".jp-OutputArea-output .jupyter-widgets.widget-text input")
