@@ -65,9 +65,9 @@ slurm:
 EXEC_LOG    := $(abspath results/exec-log.jsonl)
 TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
                MNIST_NB_TOTAL=$(NB_TOTAL)
-# 2 cores: two pytest-xdist workers, the tests grouped by file and each notebook a group (tests/conftest.py);
+# 2 cores: two pytest-xdist workers, a module's tests on one worker and each notebook's run a class of its own (tests/conftest.py);
 # `make test XDIST=` runs them one after another
-XDIST       ?= -n 2 --dist loadgroup
+XDIST       ?= -n 2 --dist loadscope
 # the markers of tests that start something, and of the few slow ones (tests/conftest.py, docs/TESTING.md);
 # `make check` leaves them out
 STARTS      := process or kernel or system or slow
@@ -77,15 +77,16 @@ check: data
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -m "not ($(STARTS))" $(XDIST) -q \
 	  -p no:cacheprovider --durations=10
 
-# Every test but the notebooks' own runs (tests/test_notebooks.py).
+# Every test but the notebooks' own runs (tests/test_notebooks.py, and 08's beside the tests that read its records).
+NB_RUNS     := tests/test_notebooks.py tests/test_troubleshoot.py::TestNotebook08
 unit: data browser slurm
-	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py $(XDIST) -ra --durations=25
+	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py --deselect tests/test_troubleshoot.py::TestNotebook08 \
+	  $(XDIST) -ra --durations=25
 
 # Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/test_notebooks.py).
 # `pytest --nbmake notebooks/[0-9]*.ipynb` runs the same notebooks through the nbmake plugin.
 notebooks: data
-	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest tests/test_notebooks.py $(XDIST) -ra --durations=0 \
-	  -p no:cacheprovider
+	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest $(NB_RUNS) $(XDIST) -ra --durations=0 -p no:cacheprovider
 
 # An AVX2-only CPU (most laptops: no AVX-512, no AMX, no native bf16), on any x86-64 CPU: oneDNN and ATen limited
 # to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then the cells of notebooks 05 and 10

@@ -118,23 +118,15 @@ def pytest_runtest_protocol(item, nextitem):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """A test that reads a notebook's run (the ``executed`` fixture) starts a kernel: it is marked ``kernel`` here,
-    before ``-m`` selects. The system tests skip, with the reason, where the learner opted out of root installs."""
+    before ``-m`` selects. The system tests skip, with the reason, where the learner opted out of root installs.
+
+    `make test` runs on 2 cores with pytest-xdist, ``-n 2 --dist loadscope``: a module's tests go to one worker (its
+    fixtures, a hosted venv, a Slurm cluster, a shared torchrun run, are made once), and so do a class's. Each
+    notebook's run is a class of its own (tests/test_notebooks.py), in the module of the tests that read its
+    results where there are any (``TestNotebook08`` in tests/test_troubleshoot.py), so it still executes once."""
     for item in items:
         if "executed" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("kernel"):
             item.add_marker(pytest.mark.kernel)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-
-
-def _group(item) -> str:
-    """`make test` runs on 2 cores with pytest-xdist (``-n 2 --dist loadgroup``): one group per test file, so a
-    module's fixtures (a hosted venv, a Slurm cluster, a shared torchrun run) are made once, on one worker; each
-    notebook is a group of its own, joined by the test files that read its run (``NOTEBOOK = "<stem>"`` in the
-    module), so that it still executes once."""
-    path = Path(str(item.fspath))
-    if path.name == "test_notebooks.py" and hasattr(item, "callspec"):
-        return "nb-" + item.callspec.params["stem"]
-    reads = getattr(item.module, "NOTEBOOK", None) if getattr(item, "module", None) else None
-    return f"nb-{reads}" if isinstance(reads, str) and reads[:2].isdigit() else path.stem
     if os.environ.get("MNIST_NO_SYSTEM_INSTALL") == "1":
         skip = pytest.mark.skip(reason="MNIST_NO_SYSTEM_INSTALL=1: Chromium, Slurm and network namespaces "
                                        "are not installed or used (unset it to run these tests)")

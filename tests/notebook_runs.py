@@ -93,3 +93,11 @@ def errors_of(nb) -> list[str]:
     """The error outputs (ename: evalue) of an executed notebook."""
     return [f"{o.get('ename')}: {o.get('evalue')}" for c in nb.cells if c.cell_type == "code"
             for o in c.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def assert_ran_cleanly(stem: str, executed) -> None:
+    """The one run of ``stem`` (the ``executed`` fixture) ended without an error."""
+    result = executed(stem)
+    if result.error is not None:
+        __import__("pytest").fail(f"{stem}: {result.error.summary}\n{result.error.trace}", pytrace=False)
+    assert not errors_of(result.nb), errors_of(result.nb)

@@ -132,7 +132,9 @@ def test_ddp_memory_shows_the_bucket_copy_and_the_view_removes_it():
     rows = run_isolated(scaling.ddp_memory, model="fastnet", batch_sizes=[16])["result"]
     assert [r["variant"] for r in rows] == ["one process", "DDP", "DDP, gradient_as_bucket_view"]
     one, ddp, view = rows
-    assert ddp["persistent_mib"] > one["persistent_mib"]
-    assert view["persistent_mib"] == pytest.approx(one["persistent_mib"])
+    copy = ddp["persistent_mib"] - one["persistent_mib"]
+    assert copy > 0.1, rows  # the bucket copy: the gradients' size again (fastnet's)
+    # the view removes it; a few bytes of bookkeeping may differ (24 bytes once, in a parallel `make test`)
+    assert view["persistent_mib"] == pytest.approx(one["persistent_mib"], abs=1e-3), rows
     v = scaling.memory_verdict(rows, 16)
     assert v["verdict"] in ("holds", "holds with nuance", "does not hold here") and v["ratio"] > 1

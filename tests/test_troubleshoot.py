@@ -2,7 +2,7 @@
 
 The reproductions launch torchrun or fresh interpreters, and notebook 08 runs every one of them: the tests read
 the records of that one run (the ``executed`` fixture, tests/conftest.py: 08 top to bottom once per session, quick
-profile), which its record step writes to ``08_troubleshooting.json`` (``extra["records"]``), instead of running
+profile), which its record step writes to ``08_troubleshooting.json`` (its ``records``), instead of running
 them all again (issue 46: a second run of the same reproductions took 167 s on a 2-core CPU). The helpers that
 need no process (the batch-size search, the OOM checklist) are tested directly below.
 """
@@ -14,72 +14,85 @@ import pytest
 import torch
 
 from mnist_helpers.lessons import l08_troubleshooting as ts
+from notebook_runs import assert_ran_cleanly
 from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batch_size_limited
 from mnist_helpers.memory import is_oom
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 
 NOTEBOOK = "08_troubleshooting"  # whose run the records come from (tests/conftest.py: the same xdist group)
 
-# name -> a regex the error line of notebook 08's record must match
+# the reproduction's function in l08 -> (the name its record carries, a regex the record's error line must match)
 CASES = {
-    "port_in_use": r"EADDRINUSE|address already in use",
-    "backend_interface": r"Unable to find address for: eth-typo9",
-    "unused_parameters": r"Expected to have finished reduction",
-    "collective_mismatch": r"Timed out waiting",
-    "out_of_memory": r"can't allocate memory|out of memory",
-    "spawn_main": r"Can't get attribute 'train' on <module '__main__'",
-    "local_rank_argparse": r"unrecognized arguments: --local-rank=0",
-    "loss_accumulation": r"^$",  # silent: memory grows, nothing raises
-    "download_race": r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)",
-    "eval_through_ddp": r"Timed out waiting|timeout|timed out",
-    "omp_threads": r"Setting OMP_NUM_THREADS",
+    "port_in_use": ("Address already in use", r"EADDRINUSE|address already in use"),
+    "backend_interface": ("gloo: wrong network interface", r"Unable to find address for: eth-typo9"),
+    "unused_parameters": ("Expected to have finished reduction in the prior iteration",
+                          r"Expected to have finished reduction"),
+    "collective_mismatch": ("collective mismatch (hang)", r"Timed out waiting"),
+    "out_of_memory": ("out of memory", r"can't allocate memory|out of memory"),
+    "spawn_main": ("Can't get attribute ... on <module '__main__'>", r"Can't get attribute 'train' on <module '__main__'"),
+    "local_rank_argparse": ("--local_rank argparse bug", r"unrecognized arguments: --local-rank=0"),
+    "loss_accumulation": ("graphs kept alive by accumulating loss", r"^$"),  # silent: memory grows, nothing raises
+    "download_race": ("per-rank downloads racing on the data folder",
+                      r"t10k-images-idx3-ubyte is (truncated|corrupt|too long)"),
+    "eval_through_ddp": ("rank-0 evaluation through the DDP wrapper (hang)", r"Timed out waiting|timeout|timed out"),
+    "omp_threads": ("torchrun sets OMP_NUM_THREADS=1", r"Setting OMP_NUM_THREADS"),
 }
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="class")
 def records(executed):
     """Notebook 08's records, as ``ts.Repro`` objects, from its one run in this session."""
     run = executed(NOTEBOOK)
     doc = json.loads((run.results / "08_troubleshooting.json").read_text())
-    found = {r["name"]: ts.Repro(**r) for r in doc["extra"]["records"]}
-    assert set(CASES) <= set(found), f"notebook 08 no longer records {sorted(set(CASES) - set(found))}"
-    return {name: found[name] for name in CASES}
+    found = {r["name"]: ts.Repro(**r) for r in doc["records"]}
+    missing = {f: title for f, (title, _) in CASES.items() if title not in found}
+    assert not missing, f"notebook 08 no longer records {missing} (it records {sorted(found)})"
+    return {f: found[title] for f, (title, _) in CASES.items()}
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_reproduction_raises_its_error_and_the_fix_passes(records, name):
-    import re
+class TestNotebook08:
+    """Notebook 08's one run (tests/test_notebooks.py: ``RUN_BY``), then what its records hold: one class, so that
+    pytest-xdist gives the run and its readers to the same worker."""
 
-    rec = records[name]
-    assert re.search(CASES[name], rec.error), f"{name}: unexpected error line {rec.error!r}"
-    assert rec.fixed_ok is True, f"{name}: the fixed run did not pass: {rec.details}"
-    assert rec.diagnosis and rec.fix
+    @pytest.mark.kernel
+    @pytest.mark.timeout(int(__import__("os").environ.get("MNIST_NB_TOTAL", "1800")))
+    def test_the_notebook_runs_top_to_bottom(self, executed):
+        assert_ran_cleanly(NOTEBOOK, executed)
 
+    @pytest.mark.parametrize("name", sorted(CASES))
+    def test_reproduction_raises_its_error_and_the_fix_passes(self, records, name):
+        import re
 
-def test_records_carry_what_the_notebook_prints(records):
-    assert records["port_in_use"].details["holders"], "the port holder was found with psutil"
-    assert records["port_in_use"].details["port_free_after_stopping_holder"]
-    assert "aux" in records["unused_parameters"].diagnosis  # INFO debug names the unused parameters
-    assert "Detected mismatch" in records["collective_mismatch"].details["detail_line"]
-    assert not records["collective_mismatch"].details["info_names_mismatch"]  # only DETAIL wraps the group
-    assert records["eval_through_ddp"].details["no_buffer_model_passed"]  # Net has no buffers: no broadcast, no hang
-    assert records["eval_through_ddp"].details["fixed_all_passed"]
-    assert records["omp_threads"].details["torchrun_threads"] == 1
-    oom = records["out_of_memory"].details
-    assert oom["micro_batch_size"] * oom["grad_accum"] >= 512 and not oom["tried"][0]["ok"]
-    assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
-    assert records["download_race"].details["naive"]["reader_saw"]["truncated"] > 0
-    assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
+        rec = records[name]
+        assert re.search(CASES[name][1], rec.error), f"{name}: unexpected error line {rec.error!r}"
+        assert rec.fixed_ok is True, f"{name}: the fixed run did not pass: {rec.details}"
+        assert rec.diagnosis and rec.fix
 
 
-def test_records_display_as_tables(records, capsys):
-    summary = ts.records_table(records.values())
-    assert list(summary.columns) == ["problem", "error reproduced", "fixed run"] and len(summary) == len(records)
-    assert set(summary["fixed run"]) == {"passes"}
-    assert dict(zip(summary["problem"], summary["error reproduced"]))["graphs kept alive by accumulating loss"] == "silent"
-    records["port_in_use"].show()
-    out = capsys.readouterr().out
-    assert "Address already in use" in out and "diagnosis" in out and "passes" in out
+    def test_records_carry_what_the_notebook_prints(self, records):
+        assert records["port_in_use"].details["holders"], "the port holder was found with psutil"
+        assert records["port_in_use"].details["port_free_after_stopping_holder"]
+        assert "aux" in records["unused_parameters"].diagnosis  # INFO debug names the unused parameters
+        assert "Detected mismatch" in records["collective_mismatch"].details["detail_line"]
+        assert not records["collective_mismatch"].details["info_names_mismatch"]  # only DETAIL wraps the group
+        assert records["eval_through_ddp"].details["no_buffer_model_passed"]  # Net has no buffers: no broadcast, no hang
+        assert records["eval_through_ddp"].details["fixed_all_passed"]
+        assert records["omp_threads"].details["torchrun_threads"] == 1
+        oom = records["out_of_memory"].details
+        assert oom["micro_batch_size"] * oom["grad_accum"] >= 512 and not oom["tried"][0]["ok"]
+        assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
+        assert records["download_race"].details["naive"]["reader_saw"]["truncated"] > 0
+        assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
+
+
+    def test_records_display_as_tables(self, records, capsys):
+        summary = ts.records_table(records.values())
+        assert list(summary.columns) == ["problem", "error reproduced", "fixed run"] and len(summary) == len(records)
+        assert set(summary["fixed run"]) == {"passes"}
+        assert dict(zip(summary["problem"], summary["error reproduced"]))["graphs kept alive by accumulating loss"] == "silent"
+        records["port_in_use"].show()
+        out = capsys.readouterr().out
+        assert "Address already in use" in out and "diagnosis" in out and "passes" in out
 
 
 def test_oom_checklist_measures_each_item():
