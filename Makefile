@@ -65,8 +65,8 @@ slurm:
 EXEC_LOG    := $(abspath results/exec-log.jsonl)
 TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
                MNIST_NB_TOTAL=$(NB_TOTAL)
-# 2 cores: two pytest-xdist workers, a module's tests on one worker and each notebook's run a class of its own (tests/conftest.py);
-# `make test XDIST=` runs them one after another
+# 2 cores: two pytest-xdist workers; a module's tests go to one worker, each notebook's run is a class of its own
+# (tests/conftest.py). `make test XDIST=` runs them one after another
 XDIST       ?= -n 2 --dist loadscope
 # the markers of tests that start something, and of the few slow ones (tests/conftest.py, docs/TESTING.md);
 # `make check` leaves them out
@@ -80,8 +80,8 @@ check: data
 # Every test but the notebooks' own runs (tests/test_notebooks.py, and 08's beside the tests that read its records).
 NB_RUNS     := tests/test_notebooks.py tests/test_troubleshoot.py::TestNotebook08
 unit: data browser slurm
-	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py --deselect tests/test_troubleshoot.py::TestNotebook08 \
-	  $(XDIST) -ra --durations=25
+	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py \
+	  --deselect tests/test_troubleshoot.py::TestNotebook08 $(XDIST) -ra --durations=25
 
 # Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/test_notebooks.py).
 # `pytest --nbmake notebooks/[0-9]*.ipynb` runs the same notebooks through the nbmake plugin.

@@ -21,11 +21,13 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
 NOTEBOOKS = sorted(NB_DIR.glob("[0-9][0-9]_*.ipynb"))
-CELL_TIMEOUT = int(os.environ.get("MNIST_NB_TIMEOUT", "900"))
+CELL_TIMEOUT = int(os.environ.get("MNIST_NB_TIMEOUT", "900"))   # per cell (nbmake's --nbmake-timeout)
+WHOLE_TIMEOUT = int(os.environ.get("MNIST_NB_TOTAL", "1800"))   # per notebook run (pytest-timeout)
 
 
 def log(stem: str, runner: str, cells, seconds: float | None = None) -> None:
@@ -99,5 +101,5 @@ def assert_ran_cleanly(stem: str, executed) -> None:
     """The one run of ``stem`` (the ``executed`` fixture) ended without an error."""
     result = executed(stem)
     if result.error is not None:
-        __import__("pytest").fail(f"{stem}: {result.error.summary}\n{result.error.trace}", pytrace=False)
+        pytest.fail(f"{stem}: {result.error.summary}\n{result.error.trace}", pytrace=False)
     assert not errors_of(result.nb), errors_of(result.nb)

@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900),
               pytest.mark.skipif(not os.environ.get("MNIST_EXPECT_AVX2"), reason="only under `make test-avx2`")]
 
 CELLS = {
-    "05_mixed_precision_and_memory": ([1, 2, 4, 6, 10], {4: "supported_amp(", 6: "amp_step(", 10: "compare_precisions("}),
+    "05_mixed_precision_and_memory": ([1, 2, 4, 6, 10],
+                                      {4: "supported_amp(", 6: "amp_step(", 10: "compare_precisions("}),
     "10_speedrun": ([1, 2, 4, 7], {4: "measure_peak_flops(", 7: "choose_settings("}),
 }
 
@@ -34,7 +35,7 @@ def test_the_isa_dependent_cells_run_under_avx2(stem, monkeypatch):
     moved = {i: n for i, n in needles.items() if n not in sources.get(i, "")}
     assert not moved, f"{stem}: the AVX2 cells moved ({moved}): update CELLS"
     monkeypatch.setenv("MNIST_PROFILE", "quick")
-    nb = notebook_runs.run_cells(path, indices, "avx2",
-                                 extra=["import torch; print('cpu capability', torch.backends.cpu.get_cpu_capability())"])
+    probe = "import torch; print('cpu capability', torch.backends.cpu.get_cpu_capability())"
+    nb = notebook_runs.run_cells(path, indices, "avx2", extra=[probe])
     assert "cpu capability AVX2" in notebook_runs.stdout_of(nb)
     assert not notebook_runs.errors_of(nb)

@@ -132,11 +132,6 @@ def run_hosted(hosted, nb: nbformat.NotebookNode, name: str, monkeypatch, timeou
     return work
 
 
-def _stdout(nb) -> str:
-    return "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
-                   if o.get("output_type") == "stream")
-
-
 @pytest.mark.kernel
 def test_the_setup_cell_finds_the_uploaded_series_and_its_workers_see_it(hosted, monkeypatch):
     """The setup cell alone, then a 2-process torchrun launch from the kernel: the workers import the series from
@@ -154,7 +149,7 @@ def test_the_setup_cell_finds_the_uploaded_series_and_its_workers_see_it(hosted,
             "torchrun('w.py', nproc=2, device='cpu', timeout=240)"),
     ])
     work = run_hosted(hosted, nb, "setup", monkeypatch)
-    out = _stdout(nb)
+    out = notebook_runs.stdout_of(nb)
     assert "profile: quick (MNIST_PROFILE is set)" in out
     seen = re.findall(r"(?:series at|worker sees) (\S+)", out)
     assert len(seen) == 3, out[-3000:]
@@ -181,7 +176,7 @@ HOSTED_CELLS_00 = [1, 2, 4, 6, 8]
 
 @pytest.mark.kernel
 def test_notebook_00_provisions_the_data_on_a_hosted_kernel_from_a_copy_outside_the_checkout(hosted, monkeypatch):
-    path = next(p for p in NOTEBOOKS if p.stem == "00_setup_and_data")
+    path = notebook_runs.path_of("00_setup_and_data")
     sources = dict(notebook_runs.code_cells(path))
     assert "find_spec" in sources[1] and "PROFILE" in sources[2] and "env_check" in sources[4]
     assert "ensure_mnist()" in sources[6] and "MNIST(" in sources[8], "the hosted cells of 00 moved: update the list"
@@ -190,7 +185,7 @@ def test_notebook_00_provisions_the_data_on_a_hosted_kernel_from_a_copy_outside_
     env_for_hosted(hosted, monkeypatch, work)
     nb = notebook_runs.run_cells(path, HOSTED_CELLS_00, "hosted", kernel_name="hosted", cwd=work, timeout=900,
                                  extra=["import mnist_helpers; print('series at', mnist_helpers.__file__)"])
-    out = _stdout(nb)
+    out = notebook_runs.stdout_of(nb)
     (seen,) = re.findall(r"series at (\S+)", out)
     assert Path(seen).is_relative_to(work), seen
     assert "torchvision sees 60,000 training and 10,000 test images" in out, out[-2000:]

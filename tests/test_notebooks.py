@@ -4,28 +4,27 @@ Each runs once per session (the ``executed`` fixture, tests/conftest.py, with nb
 ``pytest --nbmake notebooks/`` runs); tests that read a notebook's outputs take this execution instead of running
 the notebook again. Each notebook is a class of its own, so that pytest-xdist (``--dist loadscope``) hands each to
 whichever worker is free; a notebook whose results other tests read runs in their module instead (``RUN_BY``), on
-their worker. ``make notebooks`` runs this file alone."""
+their worker. ``make notebooks`` runs this file and those classes (the Makefile's ``NB_RUNS``)."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from notebook_runs import NOTEBOOKS, assert_ran_cleanly
+from notebook_runs import NOTEBOOKS, WHOLE_TIMEOUT, assert_ran_cleanly
 
-TIMEOUT = int(os.environ.get("MNIST_NB_TOTAL", "1800"))
 # notebooks whose run lives beside the tests that read its results: stem -> (test file, class)
 RUN_BY = {"08_troubleshooting": ("test_troubleshoot.py", "TestNotebook08")}
 
 
 def _class_for(stem: str):
     @pytest.mark.kernel
-    @pytest.mark.timeout(TIMEOUT)
+    @pytest.mark.timeout(WHOLE_TIMEOUT)
     def test_the_notebook_runs_top_to_bottom(self, executed):
         assert_ran_cleanly(stem, executed)
     return type(f"TestNotebook{stem[:2]}", (), {"__doc__": f"notebooks/{stem}.ipynb",
-                                               "test_the_notebook_runs_top_to_bottom": test_the_notebook_runs_top_to_bottom})
+                                               test_the_notebook_runs_top_to_bottom.__name__:
+                                                   test_the_notebook_runs_top_to_bottom})
 
 
 for _path in NOTEBOOKS:

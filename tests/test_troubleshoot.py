@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mnist_helpers.lessons import l08_troubleshooting as ts
-from notebook_runs import assert_ran_cleanly
+from notebook_runs import WHOLE_TIMEOUT, assert_ran_cleanly
 from mnist_helpers.lessons.l08_troubleshooting import find_batch_size, find_batch_size_limited
 from mnist_helpers.memory import is_oom
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
@@ -29,7 +29,8 @@ CASES = {
                           r"Expected to have finished reduction"),
     "collective_mismatch": ("collective mismatch (hang)", r"Timed out waiting"),
     "out_of_memory": ("out of memory", r"can't allocate memory|out of memory"),
-    "spawn_main": ("Can't get attribute ... on <module '__main__'>", r"Can't get attribute 'train' on <module '__main__'"),
+    "spawn_main": ("Can't get attribute ... on <module '__main__'>",
+                   r"Can't get attribute 'train' on <module '__main__'"),
     "local_rank_argparse": ("--local_rank argparse bug", r"unrecognized arguments: --local-rank=0"),
     "loss_accumulation": ("graphs kept alive by accumulating loss", r"^$"),  # silent: memory grows, nothing raises
     "download_race": ("per-rank downloads racing on the data folder",
@@ -55,7 +56,7 @@ class TestNotebook08:
     pytest-xdist gives the run and its readers to the same worker."""
 
     @pytest.mark.kernel
-    @pytest.mark.timeout(int(__import__("os").environ.get("MNIST_NB_TOTAL", "1800")))
+    @pytest.mark.timeout(WHOLE_TIMEOUT)
     def test_the_notebook_runs_top_to_bottom(self, executed):
         assert_ran_cleanly(NOTEBOOK, executed)
 
