@@ -29,6 +29,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, record_function
 
+from mnist_helpers.data import release_workers
 from mnist_helpers.models import build_model
 from mnist_helpers.train import (TrainConfig, build_training, evaluate, make_train_batches, select_device,
                                  synchronize, train_step)
@@ -243,6 +244,13 @@ def time_to_accuracy(cfg: TrainConfig, X_test: torch.Tensor, y_test: torch.Tenso
 
 def _train_until(cfg, X_test, y_test, target, eval_every_images, max_images, ctx, device, rank, world) -> dict:
     batches = make_train_batches(cfg, device, rank=rank, world_size=world)
+    try:
+        return _train_loop(cfg, batches, X_test, y_test, target, eval_every_images, max_images, ctx, device, world)
+    finally:
+        release_workers(batches)  # a run that stopped at its target leaves the loader mid-epoch
+
+
+def _train_loop(cfg, batches, X_test, y_test, target, eval_every_images, max_images, ctx, device, world) -> dict:
     tr = build_training(cfg, device, steps_per_epoch=len(batches))
     model = tr.model
     if ctx is not None and ctx.distributed:

@@ -64,7 +64,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mnist_helpers.data import TensorBatches, load_mnist
+from mnist_helpers.data import TensorBatches, load_mnist, release_workers
 from mnist_helpers.display import show, table
 from mnist_helpers.models import MODELS, build_model
 from mnist_helpers.resources import isolate_compile_cache
@@ -890,7 +890,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             done = True
     if timer._t0 is not None:
         timer.stop()
-    _release(it)  # outside the training time
+    release_workers(it)  # outside the training time (data.release_workers: why)
     if not evals or evals[-1]["step"] != step:
         timer.start()
         do_eval()
@@ -902,15 +902,6 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
             "eval_every_steps": every, "fine_every_steps": fine, "fine_margin": fine_margin,
             "test_count": len(y_test), "stop_when": stop_when,
             "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
-
-
-def _release(it) -> None:
-    """Stop the workers of a DataLoader iterator left mid-epoch (a run that stopped at its target) now. Left to the
-    garbage collector, its ``__del__`` runs whenever a later collection finds it: inside another recipe's timed run
-    (joining 4 workers cost ~20 s of 'training' there) or in a forked worker ("can only test a child process")."""
-    shutdown = getattr(it, "_shutdown_workers", None)  # torch.utils.data's multiprocess iterator; no-op if done
-    if callable(shutdown):
-        shutdown()
 
 
 def _take(batches, n):

@@ -287,11 +287,13 @@ def make_train_batches(cfg: TrainConfig, device: torch.device, rank: int = 0, wo
         train_ds = Subset(train_ds, range(cfg.subset))
     sampler = DistributedSampler(train_ds, num_replicas=world_size, rank=rank, shuffle=True, seed=cfg.seed) \
         if world_size > 1 else None
+    generator = torch.Generator().manual_seed(cfg.seed)
     loader = DataLoader(train_ds, batch_size=cfg.batch_size, shuffle=sampler is None, sampler=sampler,
                         num_workers=cfg.num_workers, pin_memory=cfg.pin_memory and device.type == "cuda",
-                        persistent_workers=cfg.num_workers > 0,
-                        generator=torch.Generator().manual_seed(cfg.seed))
-    loader.set_epoch = sampler.set_epoch if sampler else (lambda epoch: loader.generator.manual_seed(cfg.seed + epoch))
+                        persistent_workers=cfg.num_workers > 0, generator=generator)
+    # set_epoch must not refer to the loader itself: that cycle leaves a finished loader to the garbage collector
+    # (data.release_workers says what that costs); this function holds the generator, not the loader
+    loader.set_epoch = sampler.set_epoch if sampler else (lambda epoch: generator.manual_seed(cfg.seed + epoch))
     return loader
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mnist_helpers.launch import LaunchError, _check_devices, _root_cause, build_command, torchrun
+from mnist_helpers.launch import (LaunchError, _check_devices, _finished_then_aborted, _root_cause, build_command,
+                                  torchrun)
 from mnist_helpers.ports import free_port
 
 WORKERS = Path(__file__).resolve().parent / "launch_workers"
@@ -290,3 +291,30 @@ def test_a_rank_aborted_after_a_peers_expected_error_names_the_peers_error(tmp_p
     rank, code, cause = _root_cause(own, tmp_path / "missing.json")  # the rank that reported then died at exit
     assert rank == 0 and cause.startswith("error: the snapshot is not the same file on every rank")
     assert "rank 0 then died at exit by Signal 7 (SIGBUS)" in cause
+
+
+def test_an_abort_at_exit_after_complete_results_is_not_a_failure(tmp_path):
+    """gloo (torch 2.14.1) can abort a finished worker at interpreter exit; with rank 0's results complete the
+    launcher returns them (and says so). Anything else about the failure keeps it a failure."""
+    results = tmp_path / "out.json"
+    results.write_text('{"correct": 1754, "count": 2000}')
+    section = ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242")
+    aborted = ("[rank 3] epoch 1: 11.2 s, test accuracy 87.65% (2,000 images)\n"
+               "[rank 3] terminate called without an active exception\n" + section)
+    assert _finished_then_aborted(1, aborted, results) == ([3], {"correct": 1754, "count": 2000})
+    for status in (0, "timeout"):
+        assert _finished_then_aborted(status, aborted, results) is None
+    cases = {
+        "no results": (aborted, tmp_path / "missing.json"),
+        "results cut short": (aborted, tmp_path / "cut.json"),
+        "another signal": (aborted.replace("exitcode  : -6", "exitcode  : -9"), results),
+        "last words differ": (aborted.replace("without an active exception", "after throwing an instance of "
+                                              "'gloo::IoException'"), results),
+        "a traceback": ("[rank 0] Traceback (most recent call last):\n[rank 0] RuntimeError: boom\n" + aborted,
+                        results),
+        "an expected error": ("[rank 1] error: the snapshot is not the same file on every rank\n" + aborted, results),
+        "the aborted rank said nothing": (section, results),
+    }
+    (tmp_path / "cut.json").write_text('{"correct": 17')
+    for name, (output, path) in cases.items():
+        assert _finished_then_aborted(1, output, path) is None, name
