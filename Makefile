@@ -28,7 +28,7 @@ LAB_ARGS    ?=
 LAB_DIR     ?= notebooks
 LAB_ROOT     = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test check test-avx2 unit notebooks browser slurm full data install clean distclean strip exercises saved claims \
+.PHONY: lab test check test-avx2 avx2-tests unit notebooks browser slurm full data install clean distclean strip exercises saved claims \
         diagrams tables
 
 $(PY):
@@ -66,8 +66,10 @@ EXEC_LOG    := $(abspath results/exec-log.jsonl)
 TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
                MNIST_NB_TOTAL=$(NB_TOTAL)
 # 2 cores: two pytest-xdist workers; a module's tests go to one worker, each notebook's run is a class of its own
-# (tests/conftest.py). `make test XDIST=` runs them one after another
-XDIST       ?= -n 2 --dist loadscope
+# (tests/conftest.py); the longest work units first (each notebook's run, the AVX2 profile), so that neither worker
+# is left with a long one at the end: --no-loadscope-reorder keeps that order (xdist would sort by test
+# count). `make test XDIST=` runs them one after another
+XDIST       ?= -n 2 --dist loadscope --no-loadscope-reorder
 # the markers of tests that start something, and of the few slow ones (tests/conftest.py, docs/TESTING.md);
 # `make check` leaves them out
 STARTS      := process or kernel or system or slow
@@ -98,6 +100,11 @@ AVX2_ENV    := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MNIST_EXPECT_AVX
 AVX2_TESTS  := tests/test_platforms.py tests/test_amp.py tests/test_memory.py tests/test_throughput.py \
                tests/test_speedrun.py tests/test_autotune.py tests/test_avx2_notebooks.py
 test-avx2: data
+	$(MAKE) --no-print-directory avx2-tests
+
+# the AVX2 profile's pytest session alone, without the install step: `make test` runs it as one item of its own
+# session (tests/test_avx2_profile.py), beside the other worker's tests instead of after them
+avx2-tests:
 	$(AVX2_ENV) $(TEST_ENV) MNIST_RESULTS_DIR=$(abspath results/avx2) \
 	  $(PY) -m pytest $(AVX2_TESTS) -ra -p no:cacheprovider
 
@@ -120,14 +127,12 @@ tables: install
 diagrams: install
 	$(PY) scripts/make_diagrams.py
 
-# the README's test command: every test (units, each notebook once, Slurm, the browser), the AVX2 profile, then the
-# check that each notebook ran whole exactly once. Phase times: docs/TESTING.md.
+# the README's test command: every test (units, each notebook once, Slurm, the browser, the AVX2 profile as one item:
+# tests/test_avx2_profile.py), then the check that each notebook ran whole exactly once. Phase times: docs/TESTING.md.
 test: data browser slurm
 	@rm -f $(EXEC_LOG)
-	@date +'make test: units and notebooks from %T'
+	@date +'make test: units, notebooks and the AVX2 profile from %T'
 	$(TEST_ENV) $(PY) -m pytest tests $(XDIST) -ra --durations=40 -p no:cacheprovider
-	@date +'make test: the AVX2 profile from %T'
-	$(MAKE) --no-print-directory test-avx2
 	@date +'make test: the execution log at %T'
 	$(TEST_ENV) MNIST_EXEC_CHECK=1 $(PY) -m pytest tests/test_executed_once.py -ra -p no:cacheprovider -s -q
 

@@ -127,12 +127,51 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "executed" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("kernel"):
             item.add_marker(pytest.mark.kernel)
+    items[:] = sorted(items, key=_longest_first(items))
     if os.environ.get("MNIST_NO_SYSTEM_INSTALL") == "1":
         skip = pytest.mark.skip(reason="MNIST_NO_SYSTEM_INSTALL=1: Chromium, Slurm and network namespaces "
                                        "are not installed or used (unset it to run these tests)")
         for item in items:
             if item.get_closest_marker("system"):
                 item.add_marker(skip)
+
+
+# The AVX2 profile's session (tests/test_avx2_profile.py): `make test-avx2` took 2.5 min on the 2-core AVX2 EPYC
+# (docs/TESTING.md, 2026-12-07); only its place in the order depends on it.
+AVX2_PROFILE_S = 150
+
+
+def _scope(nodeid: str) -> str:
+    """xdist's loadscope work unit: the class, or the module of a function."""
+    return nodeid.rsplit("::", 1)[0]
+
+
+def _quick_seconds(text: str) -> float:
+    """The upper end of a registry runtime such as "22-46 s" or "2.0-4.1 min" (0 when there is none)."""
+    import re
+
+    m = re.search(r"([\d.]+)\s*(s|min)\b", text)
+    return float(m.group(1)) * (60 if m.group(2) == "min" else 1) if m else 0.0
+
+
+def _longest_first(items):
+    """A sort key that puts the longest work units first (each notebook's run, by the quick-profile runtime the
+    series registry records; the AVX2 profile), then every other unit in collection order; a unit's tests stay
+    together and in order. Two workers given the long units first finish close together: left to the end, one
+    notebook's run (2-5 min) kept one worker busy while the other sat idle."""
+    from mnist_helpers.series import NOTEBOOKS
+
+    quick = {f"TestNotebook{nb.nn}": _quick_seconds(nb.quick) for nb in NOTEBOOKS}
+    first_seen: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first_seen.setdefault(_scope(item.nodeid), i)
+
+    def expected(scope: str) -> float:
+        if scope.endswith("test_avx2_profile.py"):
+            return AVX2_PROFILE_S
+        return quick.get(scope.rsplit("::", 1)[-1], 0.0) if "::" in scope else 0.0
+
+    return lambda item: (-expected(_scope(item.nodeid)), first_seen[_scope(item.nodeid)])
 
 
 # --------------------------------------------------------------------------- each notebook, executed once
