@@ -12,7 +12,8 @@ The core (every notebook and worker; the notebook that introduces each module in
                  (rank 0 prints and writes the JSON), parser(), @entry (11; the workers of 06 stay explicit)
     launch       torchrun from a notebook cell: live output, root causes, no orphans (00)
     ports        a free port, who holds one, holding one on purpose (07, 08)
-    resources    the machine a result was measured on; usable_cores; hardware and framework levels (00, 01)
+    resources    the machine a result was measured on; usable_cores; gpu_count (counted without starting CUDA);
+                 hardware and framework levels (00, 01)
     memory       peak memory on CPU and CUDA, a fresh process for RSS (run_isolated(fn)), is_oom; the batch-size
                  finder: find_batch_size, train_step_probe, limit_memory (05, 08)
     profiling    torch.profiler's labelled steps and their breakdown (profile_training, time_breakdown),
@@ -34,8 +35,8 @@ scripts import the core only):
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)
     live         live training curves in a notebook; is an IPython kernel running (02)
     doctor       `python -m mnist_helpers.doctor`: checks a machine before a distributed run (08)
-    hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores without a
-                 GPU), MNIST in place, the series found on a hosted kernel (Colab, Kaggle) (00)
+    hosted       the first cell of every notebook: the profile the machine picks (quick on <= 4 cores), writable
+                 places outside a writable checkout, MNIST in place, no CUDA driver started (00)
     saved        GENERATED (`make saved`): the code notebooks write and mark #@save (04's scaled_lr,
                  warmup_factor, train_run, BASE_LR, BASE_BATCH; 10's hyp, hyp_995, shift), which their lessons
                  and scripts run (04, 10)
@@ -53,7 +54,8 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l03_dataloader        03  DataLoader sweeps, per-worker memory, the loader widget
     lessons/l04_batch_scaling     04  batch size x learning-rate rules, the batch explorer
     lessons/l05_precision_memory  05  autocast and GradScaler, accumulation, leaks, the CUDA allocator
-    lessons/l06_ddp               06  the kernel-side demos: mp.spawn from a notebook, what init_process_group needs
+    lessons/l06_ddp               06  the kernel-side demos: mp.spawn from a notebook, fork or spawn, who starts CUDA,
+                                      what init_process_group needs
     lessons/l07_scaling           07  weak and strong scaling, all-reduce sweeps, the ring model
     lessons/l08_troubleshooting   08  the article's errors reproduced and fixed, batch-size finder
     lessons/l09_profiling         09  torch.profiler breakdowns, autotune, the experience library
@@ -71,6 +73,8 @@ lesson or a tool: code a worker and a notebook share lives in the core):
                           unused_param, collective_mismatch, oom, eval_through_ddp, omp_threads; restart_kill
                           (07 and tests/test_restarts.py: a worker killed under torchrun --max-restarts)
     workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
+    workers/exercises/    starters of the exercises that make the learner write code, each with a solution:
+                          ft_starter, ft_solution (07-3: add snapshot and resume)
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 

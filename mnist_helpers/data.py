@@ -246,6 +246,8 @@ def ensure_mnist(root: str | Path | None = None, *, offline: bool | None = None,
     offline = os.environ.get("MNIST_OFFLINE", "0") == "1" if offline is None else offline
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     rdir = raw_dir(root)
+    if not force and not any(check_file(rdir / n) for n in RAW_MD5):
+        return root  # verified without a lock: a read-only folder (a Kaggle dataset) is read in place, never written
     try:
         (root / "MNIST").mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -21,6 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from mnist_helpers.errors import ConfigError, PortInUseError, SnapshotError
+from mnist_helpers.resources import gpu_count
 
 
 @dataclass(frozen=True)
@@ -58,15 +59,17 @@ def choose_backend(local_world_size: int | None = None) -> str:
     """``nccl`` if CUDA works and every local process gets its own GPU, otherwise ``gloo``."""
     if local_world_size is None:
         local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
+    gpus = gpu_count()  # NVML's count: asking torch.cuda.is_available() would start the CUDA driver
+    if gpus and gpus >= local_world_size:
         return "nccl"
     return "gloo"
 
 
 def cuda_gpus() -> int:
-    """How many CUDA GPUs this process can use (0 without CUDA). Tests monkeypatch this one function to play a
-    machine with 1 or 2 GPUs."""
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    """How many CUDA GPUs this process can use (0 without CUDA), counted without starting the CUDA driver
+    (:func:`mnist_helpers.resources.gpu_count`). Tests monkeypatch this one function to play a machine with 1 or 2
+    GPUs."""
+    return gpu_count()
 
 
 def comparison_device(max_processes: int = 1, gpus: int | None = None) -> str:
@@ -122,10 +125,10 @@ def init_distributed(backend: str = "auto", timeout_s: float | None = None) -> D
 
 def check_nccl(local_rank: int = 0) -> None:
     """ConfigError, with the command that works, unless this process has a CUDA GPU of its own for nccl."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()
     if gpus == 0:
         raise ConfigError("--backend nccl needs one CUDA GPU per process, and this machine has none "
-                          "(torch.cuda.is_available() is False)", "use --backend gloo (or auto, which picks gloo here)")
+                          "(torch.cuda.device_count() is 0)", "use --backend gloo (or auto, which picks gloo here)")
     if local_rank >= gpus:
         raise ConfigError(f"--backend nccl: local rank {local_rank} has no GPU of its own ({gpus} GPU(s) on this node)",
                           f"one process per GPU (torchrun --nproc-per-node {gpus}), or --backend gloo")

@@ -30,7 +30,7 @@ from mnist_helpers.data import DataError, verify_mnist
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.ports import find_port_holders, free_port, port_is_free
-from mnist_helpers.resources import usable_cores
+from mnist_helpers.resources import gpu_count, usable_cores
 
 LEVELS = ("ok", "info", "warn", "error")
 DEFAULT_MASTER_PORT = 29500
@@ -134,21 +134,25 @@ def check_shm(num_workers: int = 4, batch_size: int = 128, nproc: int = 1, prefe
 def check_gpus() -> list[Finding]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     out = []
-    if not torch.cuda.is_available():
+    n = gpu_count()  # through NVML: torch.cuda.is_available() would start the CUDA driver (and poison fork)
+    if n == 0:
         why = ("CUDA_VISIBLE_DEVICES is empty: GPUs hidden on purpose" if visible == "" else
                f"this torch build has no CUDA (torch.version.cuda={torch.version.cuda})" if torch.version.cuda is None
                else "no usable CUDA device or driver")
         out.append(Finding("GPUs", "info", f"none: {why}; runs use the CPU and gloo",
                            "" if visible == "" else "on a GPU machine: check nvidia-smi and the driver"))
-    else:
-        n = torch.cuda.device_count()
-        names = ", ".join(torch.cuda.get_device_name(i) for i in range(n))
-        out.append(Finding("GPUs", "ok", f"{n} visible ({names}); CUDA_VISIBLE_DEVICES={visible!r}"))
+    else:  # naming them starts the driver: only where there are GPUs
+        try:
+            names = ", ".join(torch.cuda.get_device_name(i) for i in range(n))
+            out.append(Finding("GPUs", "ok", f"{n} visible ({names}); CUDA_VISIBLE_DEVICES={visible!r}"))
+        except RuntimeError as e:  # NVML counts GPUs that CUDA cannot use (a driver too old for this torch, ...)
+            out.append(Finding("GPUs", "error", f"{n} seen by NVML, but CUDA fails: {str(e).splitlines()[0][:200]}",
+                               f"check the driver: nvidia-smi's 'CUDA Version' must be at least {torch.version.cuda}"))
     gloo = dist.is_available() and dist.is_gloo_available()
     out.append(Finding("gloo", "ok" if gloo else "error", "available" if gloo else "missing",
                        "" if gloo else "install an official torch build"))
     nccl = dist.is_available() and dist.is_nccl_available()
-    if torch.cuda.is_available():
+    if n:
         out.append(Finding("nccl", "ok" if nccl else "error",
                            f"available (version {'.'.join(map(str, torch.cuda.nccl.version()))})" if nccl else "missing",
                            "" if nccl else "install a CUDA build of torch; meanwhile use backend='gloo'"))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 
@@ -139,8 +140,8 @@ def check_images_per_s(answer) -> Feedback:
     if value is None:
         return _not_a_number(answer, "images/s")
     if _close(value, truth):
-        return _say(True, f"{truth:,.0f} img/s = 60,000 images / 12.5 s. This is the number `epoch_line` prints, "
-                          "and the one to compare between configurations (accuracy aside).")
+        return _say(True, f"{truth:,.0f} img/s = 60,000 images / 12.5 s. This is the number the `epoch N:` line of "
+                          "section 1 prints, and the one to compare between configurations (accuracy aside).")
     if _close(value, 12.5 / 60_000):
         return _say(False, "that is seconds per image; invert it to get images per second.")
     return _say(False, f"{value:,.4g} is not it. Hint: images / seconds.")
@@ -366,6 +367,10 @@ dist.destroy_process_group()
 '''
 
 
+# 07-3: the starter the learner completes and a solution, as real files (mnist_helpers/workers/exercises/)
+_EXERCISE_SCRIPTS = Path(__file__).resolve().parent / "workers" / "exercises"
+FT_STARTER, FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_starter.py"), str(_EXERCISE_SCRIPTS / "ft_solution.py")
+
 def _launch_script(text: str, nproc: int = 2):
     """Run a worker's text under torchrun on ``nproc`` CPU processes; (its JSON, None) or (None, the error)."""
     import tempfile
@@ -486,6 +491,95 @@ def check_ring_allreduce_mb(answer) -> Feedback:
     if _close(value, 400) or _close(value, 300):
         return _say(False, "that grows linearly with N; in a ring each rank sends only a 1/N chunk per step.")
     return _say(False, f"{value:g} is not it. Hint: 2 x (N - 1) / N x size.")
+
+
+def _snapshot_contents(path) -> dict:
+    """What a learner's snapshot holds, whatever its keys are called: an optimizer's state dict, torch's RNG state."""
+    import torch
+
+    found = {"optimizer": False, "rng": False}
+
+    def walk(v):
+        if isinstance(v, dict):
+            if {"state", "param_groups"} <= set(v):
+                found["optimizer"] = True
+            for x in v.values():
+                walk(x)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                walk(x)
+        elif isinstance(v, torch.Tensor) and v.dtype == torch.uint8 and v.numel() >= 5000:
+            found["rng"] = True  # torch.get_rng_state(): 5,056 bytes
+
+    walk(torch.load(path, map_location="cpu", weights_only=False))
+    return found
+
+
+def _kill_and_resume(text: str) -> tuple[dict | None, str | None]:
+    """Launch the learner's script on 2 CPU processes twice: uninterrupted, then with rank 1 killed (SIGKILL) once the
+    first snapshot exists, under ``--max-restarts 1``. ({"ref", "killed", "kill", "snapshot"}, None) or (None, error)."""
+    import tempfile
+    from pathlib import Path
+
+    from mnist_helpers.launch import LaunchError, torchrun
+    from mnist_helpers.launch import kill_rank_when
+
+    args = ["--epochs", 2, "--subset", 512, "--test-images", 500, "--batch-size", 32, "--snapshot-every", 3,
+            "--device", "cpu"]
+    with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
+        script, ref_snap, killed_snap = Path(tmp) / "ft_exercise.py", Path(tmp) / "ref.pt", Path(tmp) / "killed.pt"
+        script.write_text(text)
+        kw = dict(nproc=2, device="cpu", echo=False, timeout=240, provision=False, threads_per_proc=1)
+        try:
+            ref = torchrun(str(script), [*args, "--snapshot", ref_snap], **kw)
+            if not ref_snap.is_file():
+                return {"ref": ref, "snapshot": None}, None
+            snapshot = _snapshot_contents(ref_snap)
+            thread, kill = kill_rank_when(killed_snap, script.name, rank=1, timeout=120)
+            killed = torchrun(str(script), [*args, "--snapshot", killed_snap], max_restarts=1, **kw)
+            thread.join(timeout=10)
+        except LaunchError as e:
+            return None, e.root_cause or str(e)
+    return {"ref": ref, "killed": killed, "kill": kill, "snapshot": snapshot}, None
+
+
+def check_snapshot_resume(answer) -> Feedback:
+    """07-3: snapshot and resume written into ``ft_starter.py``; launched, killed, resumed, compared."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the path of your script (\"work/ft_exercise.py\"), got {type(answer).__name__}.")
+    runs, error = _kill_and_resume(text)
+    if error is not None:
+        return _say(False, f"your script failed under torchrun with 2 processes:\n{error}")
+    if runs["snapshot"] is None:
+        return _say(False, "the uninterrupted run wrote no snapshot at --snapshot: save_snapshot() must write the file "
+                           "(rank 0, every --snapshot-every steps).")
+    ref, killed, kill = runs["ref"], runs["killed"], runs["kill"]
+    if "error" in kill or not killed.get("restarts"):
+        return _say(False, f"no rank was killed ({kill.get('error', 'torchrun did not restart')}), so nothing was "
+                           "resumed: run the check again (a busy machine can end the run before the kill).")
+    if not killed.get("resumed_at_step"):
+        return _say(False, "the resumed run started from step 0: did you load the snapshot before training (and take "
+                           "start_epoch and start_step from it)?")
+    if killed["digest"] != ref["digest"]:
+        if not runs["snapshot"]["optimizer"]:
+            return _say(False, f"resumed at step {killed['resumed_at_step']} but with other final weights: the "
+                               "snapshot holds no optimizer state (optimizer.state_dict()), so Adam's moments "
+                               "started again from zero.")
+        if not runs["snapshot"]["rng"]:
+            return _say(False, f"resumed at step {killed['resumed_at_step']} but with other final weights: the "
+                               "snapshot holds no RNG state (torch.get_rng_state()), so dropout drew other masks.")
+        return _say(False, f"resumed at step {killed['resumed_at_step']} but ended with other weights "
+                           f"({killed['digest']}, uninterrupted {ref['digest']}): did you skip the batches of the epoch "
+                           "already trained, and restore the RNG states after skipping them?")
+    if "os.replace" not in text and "os.rename" not in text:
+        return _say(False, "the resumed run ends with the uninterrupted run's weights, but the snapshot is written in "
+                           "place: a kill during torch.save leaves a torn file. Save to a temporary file, then "
+                           "os.replace it.")
+    return _say(True, f"rank 1 was killed, torchrun restarted the group, and your script resumed at step "
+                      f"{killed['resumed_at_step']} of {killed['steps']} and ended with the uninterrupted run's weights "
+                      f"(digest {ref['digest']}) and accuracy ({ref['correct'] / ref['count']:.2%}): the snapshot "
+                      "held everything the next step depends on.")
 
 
 # ---------------------------------------------------------------------------------------- 08 troubleshooting
@@ -705,7 +799,8 @@ EXERCISES: list[Exercise] = [
         "check_num_workers_range", "answer = ...  # (low, high)",
         "cores = 16\nanswer = (cores // 4, cores // 2)"),
     _ex("02-1", "Images per second",
-        "An epoch over 60,000 images took 12.5 s of training. What throughput (images/s) does `epoch_line` print?",
+        "An epoch over 60,000 images took 12.5 s of training. What throughput (images/s) does the training loop of "
+        "section 1 print on its `epoch N:` line?",
         "check_images_per_s", "answer = ...  # images per second", "answer = 60_000 / 12.5"),
     _ex("02-2", "Accuracy from a confusion matrix",
         "`CONFUSION` (in `mnist_helpers.exercises`) is a 3-class confusion matrix: rows are the true class, columns "
@@ -775,9 +870,26 @@ EXERCISES: list[Exercise] = [
     _ex("07-2", "Ring all-reduce volume",
         "In a ring all-reduce of a 100 MB gradient over 4 ranks, how many MB does each rank send?",
         "check_ring_allreduce_mb", "answer = ...  # MB sent per rank", "N, size = 4, 100\nanswer = 2 * (N - 1) / N * size"),
+    _ex("07-3", "Add snapshot and resume to a DDP script",
+        "`FT_STARTER` is a DDP script (06's, with a learning-rate schedule) that saves nothing and never resumes. The "
+        "cell copies it to `work/ft_exercise.py`; open that file and fill in its TODOs: `save_snapshot()` (rank 0, "
+        "atomically: a temporary file, then `os.replace`), `load_snapshot()` (with `map_location`), the resume before "
+        "training, and in the resumed epoch the skip of the batches already trained and the RNG states. The check "
+        "launches it on 2 processes, once uninterrupted and once with rank 1 killed (`kill -9`) after the first "
+        "snapshot under `--max-restarts`, and compares the final weights. (It takes about a minute.)",
+        "check_snapshot_resume",
+        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
+        "if Path(\"work\").is_dir() and not Path(\"work/ft_exercise.py\").exists():\n"
+        "    shutil.copy(FT_STARTER, \"work/ft_exercise.py\")\n"
+        "answer = ...  # \"work/ft_exercise.py\" once you have filled in its TODOs",
+        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
+        "print(\"\".join(difflib.unified_diff(Path(FT_STARTER).read_text().splitlines(True),\n"
+        "                                   Path(FT_SOLUTION).read_text().splitlines(True), \"ft_starter.py\", "
+        "\"ft_solution.py\")))\nanswer = FT_SOLUTION",
+        extra_import=", FT_SOLUTION, FT_STARTER"),
     _ex("08-1", "Address already in use",
         "Your torchrun job fails with `Address already in use` on port 29500. Get a port that is free right now with "
-        "`mnist_helpers.launch.free_port()`; the check binds it to prove it.",
+        "`mnist_helpers.ports.free_port()`; the check binds it to prove it.",
         "check_free_port", "from mnist_helpers.ports import free_port\n\nanswer = ...  # a free port",
         "from mnist_helpers.ports import free_port\n\nanswer = free_port()"),
     _ex("08-2", "A running total without the graph",

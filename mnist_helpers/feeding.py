@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import Subset
 
 from mnist_helpers.data import MEAN, STD, TensorBatches, make_loader, mnist_datasets, read_idx, verify_mnist
+from mnist_helpers.resources import gpu_count
 
 
 def _positive_int(name: str, value) -> None:
@@ -116,7 +117,7 @@ def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, n
         rows.append({"feed": name, "device": device.type, "images_per_s": statistics.median(rs), "note": note,
                      "repeats": rs})
 
-    devices = [cpu] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    devices = [cpu] + ([torch.device("cuda")] if gpu_count() else [])  # counted without starting the driver
     for dev in devices:
         Xd, yd, Xu = X_f32.to(dev), y.to(dev), X_u8.to(dev)
         where = "GPU-resident" if dev.type == "cuda" else "in memory"

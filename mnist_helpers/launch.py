@@ -273,9 +273,9 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
     (tests/test_restarts.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
     ``env`` or the environment sets it: Windows builds of torch have no libuv for torchrun's rendezvous store.
     """
-    import torch  # imported here so that importing this module stays quick
+    from mnist_helpers.resources import gpu_count  # torch is imported there, so that importing this stays quick
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = gpu_count()  # without starting the CUDA driver: a fork after this still works (resources.gpu_count)
     args = [str(a) for a in args]
     given = {**os.environ, **(env or {})}.get("OMP_NUM_THREADS")
     # Launcher plumbing lives in a temporary folder, passed by environment so that the printed
@@ -473,3 +473,56 @@ def _run(command, env, timeout, echo, cleanup=None):
     proc.wait()
     reader.join(timeout=5)
     return lines, status if status == "timeout" else proc.returncode
+
+
+def worker_pid(script: str, rank: int, attempt: int = 0, timeout: float = 120.0) -> int:
+    """The process id of the worker torchrun started for ``rank`` of ``script`` in attempt ``attempt`` (0: before any
+    restart), among this process's descendants (the launcher's torchrun and its workers). Waits up to ``timeout``
+    seconds for it to appear; TimeoutError if it does not."""
+    import os
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    want = {"RANK": str(rank), "TORCHELASTIC_RESTART_COUNT": str(attempt)}
+    while time.monotonic() < deadline:
+        for p in psutil.Process(os.getpid()).children(recursive=True):
+            try:
+                if any(script in part for part in p.cmdline()) and all(
+                        p.environ().get(k) == v for k, v in want.items()):
+                    return p.pid
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+        time.sleep(0.05)
+    raise TimeoutError(f"no worker of {script} with RANK={rank} (attempt {attempt}) appeared in {timeout:g} s")
+
+
+def kill_rank_when(path, script: str, rank: int = 1, timeout: float = 300.0):
+    """Start a thread that waits until ``path`` exists (the run's first snapshot), then sends SIGKILL (``kill -9``)
+    to rank ``rank`` of ``script`` (first attempt). Returns ``(thread, info)``; ``info`` gets ``pid`` and ``seconds``
+    (from the call to the kill), or ``error`` when no snapshot appeared or no such worker was found in ``timeout``."""
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    path, info, t0 = Path(path), {}, time.perf_counter()
+
+    def run():
+        while not path.exists():
+            if time.perf_counter() - t0 > timeout:
+                info["error"] = f"no snapshot at {path} after {timeout:g} s: nothing killed"
+                return
+            time.sleep(0.01)
+        try:
+            pid = worker_pid(script, rank, timeout=max(1.0, timeout - (time.perf_counter() - t0)))
+            os.kill(pid, signal.SIGKILL)  # kill -9: no handler runs, no file is closed, the process is gone
+            info.update(pid=pid, seconds=time.perf_counter() - t0)
+        except (TimeoutError, ProcessLookupError) as e:
+            info["error"] = f"{e} (the run may have ended before the kill)"
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, info

@@ -290,6 +290,26 @@ def rss_peak_bytes() -> int | None:
     return peak if sys.platform == "darwin" else peak * 1024
 
 
+# "GPU memory is no bottleneck for MNIST", one rule for notebook 01 (a step measured on this machine) and
+# scripts/device_check.py (a step measured on a GPU): the step's peak as a share of the article's 8 GB GPU, of which
+# about 0.5 GiB goes to the CUDA context and kernels, whatever GPU measured it. Under MEM_HOLDS: holds; over
+# MEM_FAILS: does not hold here; in between: holds with nuance (it fits, but a batch a few times larger would not).
+# A peak read from the allocator is a count, not a sample: no spread, so no "inconclusive" band.
+ARTICLE_GPU_GIB = 8
+GPU_USABLE_GIB = ARTICLE_GPU_GIB - 0.5
+MEM_HOLDS, MEM_FAILS = 0.10, 0.50
+
+
+def gpu_memory_verdict(peak_mib: float) -> dict:
+    """A training step's peak (MiB) against the article's 8 GB GPU: ``{"verdict", "share", "why"}``."""
+    share = peak_mib / (GPU_USABLE_GIB * 1024)
+    verdict = "holds" if share < MEM_HOLDS else "does not hold here" if share > MEM_FAILS else "holds with nuance"
+    why = (f"under {MEM_HOLDS:.0%}: no bottleneck" if verdict == "holds" else
+           f"over {MEM_FAILS:.0%}: the batch cannot double" if share > MEM_FAILS else
+           f"between {MEM_HOLDS:.0%} and {MEM_FAILS:.0%}: it fits, a batch a few times larger would not")
+    return {"verdict": verdict, "share": share, "why": why}
+
+
 OOM_MARKERS = ("out of memory", "can't allocate memory", "cannot allocate memory")
 
 
@@ -341,7 +361,7 @@ def find_batch_size(fits: Callable[[int], object], start: int, min_batch_size: i
 def release_cached() -> None:
     """Free what a failed step left behind: its tensors (garbage once the exception's frames are gone), CUDA's cache."""
     gc.collect()
-    if torch.cuda.is_available():
+    if torch.cuda.is_initialized():  # not is_available(): a CPU search must not start the CUDA driver (fork)
         torch.cuda.empty_cache()
 
 

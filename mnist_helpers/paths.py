@@ -4,8 +4,10 @@ Nothing here depends on the current working directory: notebooks, workers starte
 and scripts all resolve the same folders.
 
 - ``MNIST_DATA_ROOT`` / ``MNIST_RESULTS_DIR`` override the defaults.
-- In a checkout (the package sits next to ``pyproject.toml``): ``<repo>/data`` and ``<repo>/results``.
-- Otherwise: ``~/.cache/mnist-scale-lab/{data,results}``.
+- In a checkout we may write to (the package sits next to ``pyproject.toml``): ``<repo>/data`` and ``<repo>/results``.
+- Otherwise: ``~/.cache/mnist-scale-lab/{data,results}``. A notebook's first cell (``hosted.prepare``) chooses
+  writable places for a hosted kernel before anything runs (:func:`mnist_helpers.hosted.places`) and sets the two variables for the
+  kernel and the processes it starts: nothing is ever written inside a read-only series (a Kaggle dataset).
 """
 from __future__ import annotations
 
@@ -21,9 +23,23 @@ def repo_root() -> Path | None:
     return candidate if (candidate / "pyproject.toml").is_file() else None
 
 
+def writable(path: Path) -> bool:
+    """Whether we may create files in the folder ``path`` (False on a read-only mount, for root too)."""
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
 def _default(sub: str) -> Path:
     root = repo_root()
-    return root / sub if root is not None else Path.home() / ".cache" / "mnist-scale-lab" / sub
+    if root is not None and writable(root):
+        return root / sub
+    return Path.home() / ".cache" / "mnist-scale-lab" / sub
+
+
+def series_folder() -> Path | None:
+    """The series' own folder when ``MNIST_SERIES`` names one (a Kaggle dataset, an upload), else None."""
+    value = os.environ.get("MNIST_SERIES", "")
+    path = Path(value).expanduser() if value and "://" not in value else None
+    return path.resolve() if path is not None and path.is_dir() else None
 
 
 def data_root() -> Path:
@@ -45,8 +61,13 @@ def reference_dir() -> Path:
 
     These are the committed runs the README's claims table is made from (``make claims``) and that notebooks show
     beside a live run, so they are found in the checkout whatever ``MNIST_RESULTS_DIR`` says (a run's own results may
-    go elsewhere; the references stay with the code). Outside a checkout: ``results_dir() / "reference"``, empty
-    until runs are copied there. Not created here: readers find nothing in a missing folder, writers create it.
+    go elsewhere; the references stay with the code). Outside a checkout: the series folder ``MNIST_SERIES`` names
+    (read-only is fine), else ``results_dir() / "reference"``, empty until runs are copied there. Not created here: readers find nothing in a missing folder, writers create it.
     """
     root = repo_root()
-    return root / "results" / "reference" if root is not None else results_dir() / "reference"
+    if root is not None:
+        return root / "results" / "reference"
+    series = series_folder()
+    if series is not None and (series / "results" / "reference").is_dir():
+        return series / "results" / "reference"
+    return results_dir() / "reference"

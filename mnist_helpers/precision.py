@@ -196,9 +196,11 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
 
 # "AMP roughly halves memory and speeds training", as code: bf16's peak at most AMP_HALVES of fp32's, and more
 # than AMP_FASTER x fp32's images/s with the timed blocks apart (claims.separated). Notebook 05 (this machine) and
-# scripts/device_check.py (a GPU run, per batch size) judge 05.amp_memory_speed by these two functions.
+# scripts/device_check.py (a GPU run) judge 05.amp_memory_speed by these two functions, in the article's regime: one
+# GPU at its recipe's batch, ARTICLE_AMP_BATCH (other batches are reported beside it, not judged).
 AMP_HALVES = 0.6
 AMP_FASTER = 1.1
+ARTICLE_AMP_BATCH = 128
 
 
 def amp_gain(fp32: dict, bf16: dict) -> dict:
@@ -213,15 +215,16 @@ def amp_gain(fp32: dict, bf16: dict) -> dict:
 
 
 def amp_verdict(gains) -> str:
-    """The claim's verdict over one or more ``amp_gain`` results (one per batch size): it holds where bf16 halves
-    the peak and is faster at every batch, holds with nuance where it does either (or halves the activations) at
-    one, and does not hold here otherwise."""
+    """The claim's verdict over one or more ``amp_gain`` results (one per batch size judged): it holds where bf16
+    halves the peak and is faster at every batch, holds with nuance where it does one of the two at one batch, and
+    does not hold here otherwise. The activations alone do not count: autocast stores them in 16 bits, so they
+    halve by construction; the claim is about the memory a step needs (its peak)."""
     gains = list(gains)
     if not gains:
         raise ValueError("amp_verdict needs at least one amp_gain() result (fp32 and bf16 rows at one batch size)")
     if all(g["halves"] and g["faster"] for g in gains):
         return "holds"
-    if any(g["halves"] or g["halves_activations"] or g["faster"] for g in gains):
+    if any(g["halves"] or g["faster"] for g in gains):
         return "holds with nuance"
     return "does not hold here"
 

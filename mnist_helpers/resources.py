@@ -3,7 +3,8 @@
 ``machine_info()`` is stored next to every result so that numbers are never quoted without their
 machine: CPU model, cores, the ISA torch uses, RAM, GPUs, torch version, load average. ``describe()`` turns it into one line.
 ``usable_cores()`` is the number of cores this process may run on (affinity, not the machine's total);
-``cpu_flags()`` the CPU's feature flags (avx2, avx512_bf16, amx_bf16, ...).
+``cpu_flags()`` the CPU's feature flags (avx2, avx512_bf16, amx_bf16, ...); ``gpu_count()`` the CUDA GPUs, counted
+without initialising the CUDA driver (so that a fork-based launcher still works after it).
 
 The article's first two levels of resources in full (hardware and framework, read through Python APIs)
 are lesson 01's: ``mnist_helpers.lessons.l01_resources``.
@@ -35,6 +36,7 @@ def machine_info() -> dict:
     import psutil
     import torch
 
+    gpus = gpu_count()  # through NVML: asking torch.cuda.is_available() would initialise the CUDA driver
     info = {
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
@@ -53,15 +55,48 @@ def machine_info() -> dict:
         "isa_flags": sorted(cpu_flags() & {*SIMD_FLAGS, "asimd", "sve"}),  # + ARM's NEON and SVE
         "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
         "load_avg_1min": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-        "cuda_available": torch.cuda.is_available(),
+        "cuda_available": gpus > 0,
         "gpus": [],
     }
-    if torch.cuda.is_available():
-        for i in range(torch.cuda.device_count()):
+    named = gpus_through_nvml(gpus) if gpus else []
+    if named is not None:
+        info["gpus"] = named
+        return info
+    try:  # naming the GPUs through torch initialises CUDA: only where NVML could not, and there are some
+        for i in range(gpus):
             p = torch.cuda.get_device_properties(i)
             info["gpus"].append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
                                  "capability": f"{p.major}.{p.minor}"})
+    except RuntimeError as e:  # NVML sees GPUs the driver cannot use (e.g. a driver too old for this torch)
+        info.update(cuda_available=False, gpus=[], cuda_error=str(e).splitlines()[0][:200])
     return info
+
+
+def gpus_through_nvml(count: int) -> list[dict] | None:
+    """Name, memory and compute capability of the first ``count`` GPUs through NVML (``pynvml``, from
+    ``nvidia-ml-py``), which leaves the CUDA driver alone (:func:`gpu_count`); None where NVML cannot answer for
+    the GPUs this process sees: no ``pynvml``, NVML failing, or ``CUDA_VISIBLE_DEVICES`` set (NVML numbers every GPU
+    of the machine, CUDA only the visible ones)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES") is not None:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            found = []
+            for i in range(count):
+                handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+                name = pynvml.nvmlDeviceGetName(handle)
+                major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(handle)
+                found.append({"name": name.decode() if isinstance(name, bytes) else name,
+                              "memory_gib": round(pynvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30, 1),
+                              "capability": f"{major}.{minor}"})
+            return found
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # ImportError, pynvml.NVMLError (no library, no driver): let torch answer
+        return None
 
 
 def describe(info: dict | None = None) -> str:
@@ -76,6 +111,27 @@ def describe(info: dict | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- hardware
+
+def gpu_count() -> int:
+    """The CUDA GPUs this process can see (0 without CUDA), counted without initialising the CUDA driver.
+
+    Count GPUs with this, not ``torch.cuda.is_available()``, wherever the answer only decides what to do next
+    (a profile, a device, a backend, a number of processes). ``torch.cuda.is_available()`` asks the driver
+    (``cudaGetDeviceCount``, torch 2.14.1) unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set when it is called;
+    from then on a forked child's first CUDA call fails ("Cannot re-initialize CUDA in forked subprocess":
+    ``accelerate.notebook_launcher``, ``start_method="fork"``), although ``torch.cuda.is_initialized()`` still
+    says False. ``torch.cuda.device_count()``, which this returns, asks NVML first (the library behind
+    ``nvidia-smi``; ``CUDA_VISIBLE_DEVICES`` is honoured) and leaves the driver alone.
+
+    Where NVML cannot answer, torch falls back to the driver and this call initialises it after all: no
+    ``libnvidia-ml.so.1`` to load (native Windows; a container without it), NVML failing to initialise, or MIG
+    UUIDs in ``CUDA_VISIBLE_DEVICES``. NVML's count is also a weaker check than the driver's: a driver too old for
+    this torch's CUDA still shows its GPUs here, and the first CUDA call then fails with the driver's message.
+    A torch built without CUDA returns 0 without asking anyone (ROCm builds ask AMD's amdsmi the same way)."""
+    import torch
+
+    return torch.cuda.device_count()
+
 
 def cpu_flags() -> set[str]:
     try:

@@ -100,9 +100,10 @@ NOTEBOOKS: tuple[Notebook, ...] = (
     Notebook(
         "06", "ddp_fundamentals", 'DDP fundamentals', "l06_ddp", core=True,
         learn=('you write `train_single.py`, turn it into `train_ddp.py` in a cell (`init_process_group`, '
-               '`DistributedSampler`, `DDP(...)`, `set_epoch`, exact evaluation; every change marked) and launch it '
-               "with torchrun from the next cell, then edit and relaunch it; all-reduce by hand vs DDP's hooks; a "
-               'fork launcher as on Kaggle/Colab, the CUDA-before-fork error and the import that caused it; '
+               '`DistributedSampler`, `DDP(...)`, `set_epoch`, exact evaluation, a rank-0 checkpoint; every change marked; '
+               "a world of one under plain python) and launch it with torchrun from the next cell, then edit and relaunch it; all-reduce by hand vs DDP's hooks; a "
+               'fork launcher as on Kaggle/Colab (spawn from a file on macOS), the CUDA-before-fork error and the call that '
+               'caused it (`is_available()` included); '
                '`mp.spawn` from a notebook; the `--local_rank` bug; seeding; SyncBatchNorm; exact validation; '
                "backends; DP vs DDP (2+ GPUs); appendix: the series' worker progression and the article's 5.2 script"),
         quick='113-165 s',
@@ -113,8 +114,10 @@ NOTEBOOKS: tuple[Notebook, ...] = (
         learn=("the article's 2-vs-1 comparison in its own configuration (1x128 vs 2x64, its DataLoader) and weak "
                'scaling apart; the share of a step spent communicating; AllReduce at N=2-4 against the ring model '
                '(per rank flat, total linear); DDP bucket size and compression hooks; DDP memory and '
-               '`gradient_as_bucket_view`; two torchrun agents at a c10d rendezvous; kill -9 + `--max-restarts` + '
-               "exact resume, a scheduler's stop that loses no step (`--stop-file`), restart success rates, elastic "
+               '`gradient_as_bucket_view`; two torchrun agents at a c10d rendezvous; you extend your `train_ddp.py` into '
+               '`train_ft.py` (atomic rank-0 snapshot, resume with `map_location` at the sampler position), kill a rank '
+               'under `--max-restarts` and match the uninterrupted digest; the series\' `ft_train` beside it; '
+               "a scheduler's stop that loses no step (`--stop-file`), restart success rates, elastic "
                'membership; Slurm sbatch, Kubeflow TrainJob and PyTorchJob'),
         quick='115-247 s',
         full=('9.6-13.7 min (EPYC; the longest with tests beside it)'),
@@ -141,7 +144,8 @@ NOTEBOOKS: tuple[Notebook, ...] = (
         gpu='not measured yet'),
     Notebook(
         "10", "speedrun", 'speedrun', "l10_speedrun", core=False,
-        learn=('time-to-accuracy measured honestly (training time only, compile time apart); the chain from the '
+        learn=('time-to-accuracy measured on training time only (compile time apart; the stopping point is still '
+               'picked on the test set, see its header); the chain from the '
                "article's recipe to the fastest (in-memory tensors, OneCycle, a smaller net, pooling before "
                'BatchNorm, a strided first layer, batch 64, bf16 + `channels_last`, `torch.compile`, CUDA graphs), '
                "each step's resource level; the recipe in one `hyp` cell and the 99.5% ladder (wider, longer, "
@@ -149,7 +153,7 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                " chosen (`speedrun.choose_settings`); FLOPs per image against this machine's measured peak; the "
                '5-seed benchmark and committed references, the whole ladder on an H200'),
         quick='29-103 s',
-        full=('17-18 min (quiet, EPYC; `make full NB=10`), 35 min on an evening the same VM ran at 0.6x its speed; '
+        full=('17-18 min (quiet, EPYC; `make full NB=10`), 35 min on an evening the same VM ran slower; '
               "the 5-seed benchmark `scripts/bench_time_to_accuracy.py`: 20 min with 4 seeds of the article's "
               "recipe (quiet, EPYC; 16 min with 2 and the kernels limited to AVX2), most of it the article's recipe"
               ' and the evaluations, kept out of training time'),

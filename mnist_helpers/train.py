@@ -172,11 +172,20 @@ def _optional(kind):
 
 def accelerator() -> str | None:
     """The type of this machine's accelerator ("cuda", "mps", "xpu", ...) or None: asked through
-    ``torch.accelerator`` (torch >= 2.6), which knows Apple's MPS and Intel's XPU as well as CUDA."""
+    ``torch.accelerator`` (torch >= 2.6), which knows Apple's MPS and Intel's XPU as well as CUDA. CUDA GPUs are
+    counted through NVML (:func:`mnist_helpers.resources.gpu_count`): ``torch.accelerator.is_available()`` would
+    call ``torch.cuda.is_available()``, which starts the CUDA driver, and a fork after that cannot use CUDA."""
+    from mnist_helpers.resources import gpu_count
+
     acc = getattr(torch, "accelerator", None)
-    if acc is not None and hasattr(acc, "is_available"):
-        return acc.current_accelerator().type if acc.is_available() else None
-    return "cuda" if torch.cuda.is_available() else None
+    if acc is None or not hasattr(acc, "current_accelerator"):
+        return "cuda" if gpu_count() else None
+    kind = acc.current_accelerator()  # the accelerator torch was built for; asks no driver
+    if kind is None:
+        return None
+    if kind.type == "cuda":
+        return "cuda" if gpu_count() else None
+    return kind.type if acc.is_available() else None
 
 
 def select_device(spec: str = "auto", local_rank: int = 0) -> torch.device:

@@ -47,7 +47,7 @@ GROUPS = (
     ("demonstrated or reproduced", ("demonstrated", "reproduced")),
     ("does not hold here", ("does not hold here",)),
     ("outdated or wrong", ("outdated", "wrong")),
-    ("inconclusive", ("inconclusive",)),
+    ("inconclusive", ("inconclusive", claims.CONFOUNDED)),
     ("not testable here", ("not testable here",)),
     (BUSY_SHORT, (claims.BUSY,)),
 )
@@ -65,8 +65,9 @@ evidence quotes a number its file does not hold. Run a notebook in the full prof
 `results/NN_<slug>.json` holds your own verdicts.
 
 Verdicts: *holds*, *holds with nuance*, *does not hold here*, *outdated*, *wrong*, *inconclusive* (the measured
-spread covers the difference), *demonstrated*, *reproduced*, *not testable here* (needs hardware this machine lacks,
-e.g. two GPUs), *not measured yet* (no reference file holds the claim). **The load rule:** a timing during which
+spread covers the difference), *inconclusive (confounded)* (two fair comparisons disagree because the article's
+changes two things at once; counted with *inconclusive*), *demonstrated*, *reproduced*, *not testable here* (needs
+hardware this machine lacks, e.g. two GPUs), *not measured yet* (no reference file holds the claim). **The load rule:** a timing during which
 other processes used more than a quarter of the CPU gets *no verdict: the machine is busy* (*busy: no verdict* in
 the table) instead of a verdict (measured from `/proc/stat`, this process and its children excluded;
 `claims.Contention`). Machine labels name the CPU family, cores and the vector ISA torch used (`avx2only`: the same

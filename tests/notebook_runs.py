@@ -7,6 +7,8 @@
   outputs takes them from there.
 - ``run_cells(cells, runner=...)``: a few cells (the smallest set that proves what only that path can test: a
   hosted kernel, the AVX2 profile) in a kernel of the caller's choice.
+- ``run_papermill(path, through, parameters, workdir)``: the notebook's first cells, up to a given one, run by
+  papermill with injected parameters (tests/test_papermill.py).
 - ``log(...)``: the browser test runs its cells in JupyterLab, not here, and says so with this.
 
 Each execution appends one JSON line to ``$MNIST_EXEC_LOG`` when that is set (`make test` sets it):
@@ -15,6 +17,7 @@ Each execution appends one JSON line to ``$MNIST_EXEC_LOG`` when that is set (`m
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import time
@@ -72,7 +75,7 @@ def run_cells(path: Path, indices: list[int], runner: str, *, extra: list[str] =
     from nbclient import NotebookClient
 
     nb = nbformat.read(path, as_version=4)
-    chosen = [nb.cells[i] for i in indices]
+    chosen = [copy.deepcopy(nb.cells[i]) for i in indices]  # a cell listed twice runs, and shows its output, twice
     if any(c.cell_type != "code" for c in chosen):
         raise ValueError(f"{path.name}: cells {indices} are not all code cells")
     nb.cells = chosen + [nbformat.v4.new_code_cell(src) for src in extra]
@@ -83,6 +86,27 @@ def run_cells(path: Path, indices: list[int], runner: str, *, extra: list[str] =
     finally:
         log(path.stem, runner, list(indices), time.monotonic() - t0)
     return nb
+
+
+def run_papermill(path: Path, through: int, parameters: dict, workdir: Path,
+                  timeout: int = CELL_TIMEOUT) -> nbformat.NotebookNode:
+    """The notebook's cells 0..``through`` (a truncated copy written to ``workdir``) run by papermill's Python API,
+    ``parameters`` injected after the parameters cell, in the notebook's own folder; returns the executed notebook
+    (papermill raises PapermillExecutionError on the first failing cell). Logged as the ``papermill`` path with the
+    notebook's code cells it ran."""
+    import papermill
+
+    nb = nbformat.read(path, as_version=4)
+    nb.cells = nb.cells[:through + 1]
+    ran = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    source, output = workdir / f"{path.stem}_through_{through}.ipynb", workdir / f"{path.stem}_papermill.ipynb"
+    nbformat.write(nb, source)
+    t0 = time.monotonic()
+    try:
+        return papermill.execute_notebook(source, output, parameters=parameters, cwd=path.parent,
+                                          kernel_name="python3", progress_bar=False, execution_timeout=timeout)
+    finally:
+        log(path.stem, "papermill", ran, time.monotonic() - t0)
 
 
 def stdout_of(nb) -> str:

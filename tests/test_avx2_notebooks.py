@@ -3,10 +3,10 @@ to AVX2 (`make test-avx2`: an ordinary laptop CPU without AVX-512, AMX or native
 
 The notebooks run whole once per `make test`, natively (tests/test_notebooks.py); under AVX2 only what the
 instruction set changes runs again (issue 46: the smallest cell set that proves it):
-- 05: the setup and parameters, which AMP modes this CPU supports (4), one bf16 step written out against
-  ``train_step`` (6), and fp32 / bf16 / channels_last measured side by side (10);
-- 10: the setup and parameters, the measured fp32 and bf16 GEMM peaks (4), and the settings the speedrun picks
-  from measurements on this CPU (7).
+- 05: the setup, the parameters and the values derived from them, which AMP modes this CPU supports (5), one bf16
+  step written out against ``train_step`` (7), and fp32 / bf16 / channels_last measured side by side (11);
+- 10: the setup, the parameters and the values derived from them, the measured fp32 and bf16 GEMM peaks (5), and
+  the settings the speedrun picks from measurements on this CPU (8).
 Skipped outside `make test-avx2` (``MNIST_EXPECT_AVX2``)."""
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.kernel, pytest.mark.timeout(900),
               pytest.mark.skipif(not os.environ.get("MNIST_EXPECT_AVX2"), reason="only under `make test-avx2`")]
 
 CELLS = {
-    "05_mixed_precision_and_memory": ([1, 2, 4, 6, 10],
-                                      {4: "supported_amp(", 6: "amp_step(", 10: "compare_precisions("}),
-    "10_speedrun": ([1, 2, 4, 7], {4: "measure_peak_flops(", 7: "choose_settings("}),
+    "05_mixed_precision_and_memory": ([1, 2, 3, 5, 7, 11],
+                                      {5: "supported_amp(", 7: "amp_step(", 11: "compare_precisions("}),
+    "10_speedrun": ([1, 2, 3, 5, 8], {5: "measure_peak_flops(", 8: "choose_settings("}),
 }
 
 
@@ -31,7 +31,7 @@ def test_the_isa_dependent_cells_run_under_avx2(stem, monkeypatch):
     indices, needles = CELLS[stem]
     path = notebook_runs.path_of(stem)
     sources = dict(notebook_runs.code_cells(path))
-    assert "find_spec" in sources[indices[0]] and "PROFILE" in sources[indices[1]]
+    assert "find_spec" in sources[indices[0]] and "PROFILE" in sources[indices[1]] and "QUICK =" in sources[indices[2]]
     moved = {i: n for i, n in needles.items() if n not in sources.get(i, "")}
     assert not moved, f"{stem}: the AVX2 cells moved ({moved}): update CELLS"
     monkeypatch.setenv("MNIST_PROFILE", "quick")

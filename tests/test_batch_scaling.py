@@ -50,7 +50,9 @@ def test_fair_plan_doubles_and_labels_its_groups():
     groups = [p["group"] for p in plan]
     assert groups.count("doubling") == 1 + 2 * 2 and groups.count("adam") == 1 + 3
     assert groups.count("batch8") == 4 and groups.count("tiny-step") == 1
-    assert all(p["num_epochs"] == 3 for p in plan if p["group"] in ("doubling", "adam"))
+    assert groups.count("equal-steps") == 1 and groups.count("batch64") == 2
+    assert next(p for p in plan if p["group"] == "equal-steps")["steps_of"] == [512, 3]
+    assert all(p["num_epochs"] == 3 for p in plan if p["group"] in ("doubling", "adam", "batch64"))
     assert all(p["num_epochs"] == 1 for p in plan if p["group"] in ("batch8", "tiny-step"))
     with pytest.raises(ValueError, match="not a doubling"):
         bs.fair_plan((128, 512))
@@ -69,7 +71,7 @@ def tiny(small_mnist):
 
 def test_sweep_calls_back_the_functions_it_is_given(tiny):
     plan = bs.fair_plan((16, 32, 64), num_epochs=2, adam_batches=(64,), small_batch=8, tiny_step_batch=128,
-                        base_batch=16)
+                        base_batch=16, low_batch=8)
     used = []
 
     def my_rule(rule, base_lr, base_batch, batch_size):
@@ -79,6 +81,9 @@ def test_sweep_calls_back_the_functions_it_is_given(tiny):
     rows = bs.sweep(tiny, plan, seeds=(0, 1), lr_rule=my_rule, base_batch=16, warmup_epochs=1.0, on_run=seen.append)
     assert len(rows) == 2 * len(plan) == len(seen) == len(used)
     for r in rows:
+        if r["group"] == "equal-steps":  # the base batch for as many steps as batch 64 takes in 2 epochs
+            assert r["steps"] == 2 * (256 // 64) and r["train_images"] == r["steps"] * 16
+            continue
         assert r["steps"] == r["num_epochs"] * (256 // r["batch_size"])
         assert 0 <= r["test_acc"] <= 1 and r["gap"] == pytest.approx(r["train_acc"] - r["test_acc"])
         assert "step_losses" not in r
@@ -87,7 +92,7 @@ def test_sweep_calls_back_the_functions_it_is_given(tiny):
     assert math.isfinite(next(r for r in rows if r["batch_size"] == 8)["loss_noise"])
     verdicts = bs.judge(rows, base_batch=16)
     assert set(verdicts) == {"04.double_batch_double_lr", "04.adam_complicated", "04.batch8_unstable",
-                             "04.batch4096"}
+                             "04.batch4096", "04.batch_64_256"}
     for cid, v in verdicts.items():
         assert v["verdict"] in claims.VERDICTS
         entry = {"evidence": v["evidence"], "numbers": v["numbers"], "claim": "", "regime": bs.regime(rows)}
@@ -127,7 +132,7 @@ def test_verdicts_from_synthetic_rows():
     # noisier steps (by construction) but nothing diverged and the seeds agree: not unstable
     assert v["04.batch8_unstable"]["verdict"] == "does not hold here"
     assert "ends the same within the noise" in v["04.batch8_unstable"]["evidence"]
-    assert v["04.batch4096"]["verdict"] == "holds"  # 3x the images/s, wider train-test gap
+    assert v["04.batch4096"]["verdict"] == claims.CONFOUNDED  # worse per epoch; no equal-steps run to separate
     assert bs.judge(_synthetic(lin_acc_4096=0.98))["04.double_batch_double_lr"]["verdict"] == "holds"
     assert bs.judge(_synthetic(), busy=claims.BUSY)["04.batch4096"]["verdict"] == claims.BUSY
     one = bs.judge(_synthetic(seeds=(0,)))  # one seed: no spread, no accuracy verdict
@@ -152,12 +157,18 @@ def test_bench_script_quick_writes_a_claims_file(tmp_path, mnist_root):
     data = json.loads(out.read_text())
     assert data["schema"] == claims.SCHEMA and data["profile"] == "quick"
     assert {c["id"] for c in data["claims"]} == {"04.double_batch_double_lr", "04.adam_complicated",
-                                                 "04.batch8_unstable", "04.batch4096"}
+                                                 "04.batch8_unstable", "04.batch4096", "04.batch_64_256"}
     n = len(data["runs"])
     subprocess.run(cmd[:-2] + ["--seeds", "1", "--append", "--out", str(out)], check=True, capture_output=True,
                    text=True, timeout=600, cwd=REPO)
     data = json.loads(out.read_text())
     assert len(data["runs"]) == 2 * n and {r["seed"] for r in data["runs"]} == {0, 1}
+    # --only: one group again for both seeds, every other row kept; its call is recorded with its groups
+    subprocess.run(cmd[:-4] + ["--seeds", "0", "1", "--only", "equal-steps", "--append", "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=600, cwd=REPO)
+    data = json.loads(out.read_text())
+    assert len(data["runs"]) == 2 * n and data["contention_by_call"][-1]["groups"] == ["equal-steps"]
+    assert sum(r["group"] == "equal-steps" for r in data["runs"]) == 2
     bad = subprocess.run(cmd[:-2] + ["--small-batch", "16", "--append", "--out", str(out)], capture_output=True, text=True,
                          timeout=600, cwd=REPO)
     assert bad.returncode == 2 and "another configuration" in bad.stderr + bad.stdout

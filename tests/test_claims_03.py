@@ -56,15 +56,27 @@ def test_entries_are_the_seven_catalogued_claims(tmp_path):
     assert (tmp_path / "03_dataloader_tuning.json").is_file() and len(res.claims) == 7
 
 
+def test_workers_fraction_is_not_testable_below_4_cores():
+    """On 2 (or 3) cores 1/4 to 1/2 of the cores is one worker: the fraction cannot be tested, whatever the sweep
+    says and however busy the machine was (the numbers stay as context)."""
+    for cores in (2, 3):
+        e = judged(cores=cores)["03.workers_fraction"]
+        assert e["verdict"] == "not testable here" and "1 worker only" in e["evidence"] and "context" in e["evidence"]
+    assert judged(busy={**measurements()["busy"], "train": BUSY})["03.workers_fraction"]["verdict"] \
+        == "not testable here"
+
+
 def test_workers_fraction_uses_plain_thresholds_on_the_training_sweep():
-    assert judged()["03.workers_fraction"]["verdict"] == "holds"          # 1 worker: 200 of 205 img/s
+    """From 4 cores (range 1-2 workers): the training sweep's thresholds decide."""
+    assert judged(cores=4)["03.workers_fraction"]["verdict"] == "holds"          # 1 worker: 200 of 205 img/s
     half = _rows([(0, [400, 410, 405]), (1, [200, 205, 210]), (4, [100, 110, 105])])
-    e = judged(train_rows=half + [measurements()["train_rows"][-1]])["03.workers_fraction"]
+    e = judged(cores=4, train_rows=half + [measurements()["train_rows"][-1]])["03.workers_fraction"]
     assert e["verdict"] == "does not hold here" and e["numbers"]["train_rule_ratio"] == pytest.approx(205 / 405)
     between = _rows([(0, [250, 255, 260]), (1, [200, 205, 210]), (4, [100, 110, 105])])   # 80%: neither
-    assert judged(train_rows=between + [measurements()["train_rows"][-1]])["03.workers_fraction"]["verdict"] \
+    assert judged(cores=4, train_rows=between + [measurements()["train_rows"][-1]])["03.workers_fraction"]["verdict"] \
         == "inconclusive"
-    assert judged(busy={**measurements()["busy"], "train": BUSY})["03.workers_fraction"]["verdict"] == claims.BUSY
+    assert judged(cores=4, busy={**measurements()["busy"], "train": BUSY})["03.workers_fraction"]["verdict"] \
+        == claims.BUSY
 
 
 def test_too_many_workers_both_ways_and_busy():
@@ -110,12 +122,46 @@ def test_in_memory_both_ways_and_busy():
 
 
 def test_drop_last_follows_the_measured_noise_ratio():
+    """Worth dropping from 2x at the low end of the draws' quartile bounds; negligible below 2x at their high end;
+    inconclusive when the bounds straddle 2x; nothing to drop without a last batch."""
     e = judged()["03.drop_last"]       # the article's 96-image tail: 1.15x noisier, one step in 469
-    assert e["verdict"] == "holds with nuance" and "1 step of 469" in e["evidence"] and "60,000" in e["regime"]
+    assert e["verdict"] == "holds with nuance" and "negligible here" in e["evidence"]
+    assert "1 step of 469" in e["evidence"] and "60,000" in e["regime"] and e["numbers"]["ratio_high"] < 2
     big = {**measurements()["drop"], "images": 10_000, "last_batch": 16, "steps_keep": 79, "noise_ratio": 2.9,
            "expected_ratio": 2.83, "grad_errors_last_batch": [1.4, 1.5, 1.6]}
-    assert judged(drop=big)["03.drop_last"]["verdict"] == "holds"
-    overlap = {**measurements()["drop"], "noise_ratio": 1.02, "grad_errors_last_batch": [0.49, 0.52, 0.53]}
-    assert judged(drop=overlap)["03.drop_last"]["verdict"] == "inconclusive"
+    e = judged(drop=big)["03.drop_last"]
+    assert e["verdict"] == "holds" and "worth dropping" in e["evidence"]
+    close = {**measurements()["drop"], "noise_ratio": 1.02, "grad_errors_last_batch": [0.49, 0.52, 0.53]}
+    assert judged(drop=close)["03.drop_last"]["verdict"] == "holds with nuance"   # overlapping, yet resolved below 2x
+    wide = {**measurements()["drop"], "noise_ratio": 1.9, "grad_errors_last_batch": [0.6, 1.0, 1.4]}
+    e = judged(drop=wide)["03.drop_last"]
+    assert e["verdict"] == "inconclusive" and e["numbers"]["ratio_low"] < 2 < e["numbers"]["ratio_high"]
     none = {**measurements()["drop"], "last_batch": 0, "noise_ratio": float("nan"), "grad_errors_last_batch": []}
     assert judged(drop=none)["03.drop_last"]["verdict"] == "not testable here"
+
+
+def test_a_kept_entry_is_judged_again_from_its_numbers():
+    """rejudge: today's rule from the entry's own numbers (a rule-2 entry had no batch_size); the regime stays."""
+    for e in lb.claims_03(**measurements()):
+        if e["id"] in ("03.workers_fraction", "03.drop_last"):
+            kept = {**e, "verdict": "inconclusive", "evidence": "old", "rule": 2,
+                    "claim": claims.CATALOG_IDS[e["id"]]["claim"]}
+            kept["numbers"] = {k: v for k, v in e["numbers"].items() if k not in ("batch_size", "ratio_low",
+                                                                                  "ratio_high")}
+            again = lb.rejudge(kept)
+            assert (again["verdict"], again["evidence"], again["regime"]) == (e["verdict"], e["evidence"], e["regime"])
+            assert again["rule"] == claims.rule(e["id"]) and not claims.unsourced_numbers(again)
+    with pytest.raises(ValueError, match="judges"):
+        lb.rejudge({"id": "03.disk_io", "numbers": {}})
+
+
+def test_the_committed_entries_are_what_todays_rule_gives_their_numbers():
+    """A kept reference judged by the current rule (it records the rule's number) is what rejudge gives its own
+    numbers: a change to the rule without re-judging the kept files (or raising claims.RULES) fails here."""
+    import json
+
+    from mnist_helpers.paths import reference_dir
+    for path in sorted(reference_dir().glob("*/03_*.json")):
+        for c in json.loads(path.read_text()).get("claims", []):
+            if c["id"] in ("03.workers_fraction", "03.drop_last") and c.get("rule", 1) == claims.rule(c["id"]):
+                assert lb.rejudge(c) == c, path

@@ -13,23 +13,24 @@ CHANGES = {1: {"loader": "tensor", "num_workers": 0, "pin_memory": False}, 2: {"
 NAMES = {p["lever"]: p["name"] for p in lever_plan(ARTICLE_BASELINE, CHANGES, device="cpu") if p["lever"]}
 
 
-def runs(gains, seeds=(0, 1, 2), base_s=100.0):
-    """One row per (seed, run): the baseline takes base_s, lever L takes base_s / gains[L] (+ a little per seed)."""
+def runs(gains, seeds=(0, 1, 2), base_s=100.0, device="cpu"):
+    """One row per (seed, run): the baseline takes base_s, lever L takes base_s / gains[L] (+ a little per seed);
+    lever 4 runs 2 processes, every run on ``device`` (on "cpu" lever 4 is the CPU stand-in)."""
     rows = []
     for seed in seeds:
         rows.append({"name": "baseline", "lever": 0, "seed": seed, "seconds": base_s, "images": 1000, "reached": True,
-                     "final_acc": 0.97, "nproc": 1, "device": "cpu"})
+                     "final_acc": 0.97, "nproc": 1, "device": device})
         for lev, g in gains.items():
             rows.append({"name": NAMES.get(lev, f"{lev}. {LEVERS[lev]}"), "lever": lev, "seed": seed,
                          "seconds": base_s / (g * (1 + 0.01 * seed)), "images": 1000, "reached": True,
-                         "final_acc": 0.97, "nproc": 1, "device": "cpu"})
+                         "final_acc": 0.97, "nproc": 2 if lev == 4 else 1, "device": device})
         rows.append({"name": "autotune's choice", "lever": None, "seed": seed, "seconds": base_s / 2.5,
                      "images": 1000, "reached": True, "final_acc": 0.97, "nproc": 1, "device": "cpu"})
     return rows
 
 
-def judge(gains, changes=CHANGES, load=None, seeds=(0, 1, 2), timer_ok=True):
-    rows = runs(gains, seeds)
+def judge(gains, changes=CHANGES, load=None, seeds=(0, 1, 2), timer_ok=True, device="cpu"):
+    rows = runs(gains, seeds, device=device)
     shares = {f: {"data wait": 0.4, "compute": 0.5, "communication": 0.0, "other": 0.1}
               for f in ("DataLoader, 2 workers", "in-memory tensors")}
     ddp = {"backend": "gloo", "device": "cpu", "ranks": [{"breakdown": [
@@ -52,7 +53,22 @@ def test_the_order_in_order_holds_only_partly_when_lever_1_is_the_feed_only():
     assert "feed only" in got["09.tuning_priority"]["evidence"]
     assert "measured as loader=tensor" in got["09.tuning_priority"]["regime"]
     with_batch = {**CHANGES, 1: {**CHANGES[1], "batch_size": 256}}
-    assert judge({1: 4.0, 2: 3.0, 3: 2.0, 4: 1.2}, with_batch)["09.tuning_priority"]["verdict"] == "holds"
+    assert judge({1: 4.0, 2: 3.0, 3: 2.0, 4: 1.2}, with_batch, device="cuda")["09.tuning_priority"]["verdict"] \
+        == "holds"
+    # on a CPU lever 4 is a stand-in: left out of the order, so the order of 1-3 is at most holds with nuance
+    assert judge({1: 4.0, 2: 3.0, 3: 2.0, 4: 1.2}, with_batch)["09.tuning_priority"]["verdict"] == "holds with nuance"
+
+
+def test_no_order_verdict_rests_on_the_cpu_stand_in():
+    """Lever 4 beating every other lever inverts the order on GPUs; as a CPU stand-in it is reported, not ordered."""
+    gains = {1: 4.0, 2: 3.0, 3: 2.0, 4: 10.0}
+    assert judge(gains, device="cuda")["09.tuning_priority"]["verdict"] == "does not hold here"
+    e = judge(gains)["09.tuning_priority"]
+    assert e["verdict"] == "holds with nuance" and "(CPU stand-in, not ordered)" in e["evidence"]
+    assert "lever 4 left out of the order" in e["evidence"]
+    assert judge({1: 1.1, 2: 3.0, 3: 2.0, 4: 10.0})["09.tuning_priority"]["verdict"] == "does not hold here"  # 1-3
+    j = priority_judgement(runs(gains), CHANGES)
+    assert j["stand_in"] == [4] and 4 not in j["priority"]["measured_order"] and "stand-in" in j["sentence"]
 
 
 def test_an_inverted_order_does_not_hold_and_overlap_or_few_seeds_is_inconclusive():

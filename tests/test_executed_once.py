@@ -2,8 +2,8 @@
 
 `make test` sets ``MNIST_EXEC_LOG`` (a fresh file) for every pytest run it makes, and every notebook execution of
 the suite appends a line to it (tests/notebook_runs.py). Run last, with ``MNIST_EXEC_CHECK=1``, this test reads
-the log: each of the series' notebooks ran whole exactly once; the hosted, browser and AVX2 paths ran a proper
-subset of one notebook's cells, each path at least once (a path that silently stopped running fails too).
+the log: each of the series' notebooks ran whole exactly once; the hosted, browser, AVX2 and papermill paths ran a
+proper subset of a notebook's cells, each path at least once (a path that silently stopped running fails too).
 The log's own writer is tested below without `make test`."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 import notebook_runs
 from notebook_runs import NOTEBOOKS
 
-PARTIAL_RUNNERS = {"hosted", "browser", "avx2"}
+PARTIAL_RUNNERS = {"hosted", "browser", "avx2", "papermill"}
 
 
 def read_log(path: Path) -> list[dict]:
@@ -69,13 +69,14 @@ def test_the_log_records_each_execution(tmp_path, monkeypatch):
     notebook_runs.log(stems[0], "hosted", [1, 2])
     notebook_runs.log(stems[0], "browser", [1, 2])
     notebook_runs.log(stems[5], "avx2", [1, 2, 4])
+    notebook_runs.log(stems[4], "papermill", [1, 2, 3, 4])
     entries = read_log(target)
-    assert len(entries) == len(stems) + 3 and not problems(entries)
+    assert len(entries) == len(stems) + 4 and not problems(entries)
     notebook_runs.log(stems[3], "nbmake", "all")
     assert problems(read_log(target)) == [f"{stems[3]} ran whole 2 times (nbmake, nbmake)"]
     monkeypatch.delenv("MNIST_EXEC_LOG")
     notebook_runs.log(stems[3], "nbmake", "all")  # unset: nothing is written
-    assert len(read_log(target)) == len(stems) + 4
+    assert len(read_log(target)) == len(stems) + 5
 
 
 def test_a_missing_notebook_a_whole_subset_and_a_silent_path_are_named():
@@ -87,3 +88,4 @@ def test_a_missing_notebook_a_whole_subset_and_a_silent_path_are_named():
     assert f"{stems[0]} ran whole again, by hosted ({len(every_cell)} cells)" in found
     assert f"{stems[0]} ran whole 0 times (never)" in found
     assert "the avx2 path ran no cell" in found and "the browser path ran no cell" in found
+    assert "the papermill path ran no cell" in found

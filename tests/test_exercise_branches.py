@@ -156,6 +156,22 @@ TP = list(E.TUNING_PRIORITY)
 ACCURACY = 142 / 150
 DATA_SHARE = 12 / 50
 
+# 07-3: what _kill_and_resume returns for the learner's script (two runs' JSON, the kill, the snapshot's contents)
+FT_TEXT = Path(E.FT_SOLUTION).read_text()
+FT_RUN = {"digest": "d22f5f958924cf66", "correct": 797, "count": 1000, "steps": 16, "restarts": 0,
+          "resumed_at_step": None}
+
+
+def _ft_runs(digest="d22f5f958924cf66", resumed_at_step=3, kill=None, optimizer=True, rng=True):
+    killed = {**FT_RUN, "digest": digest, "restarts": 1, "resumed_at_step": resumed_at_step}
+    return {"ref": FT_RUN, "killed": killed, "kill": kill if kill is not None else {"pid": 1, "seconds": 3.0},
+            "snapshot": {"optimizer": optimizer, "rng": rng}}
+
+
+def _ft(runs, error=None):
+    return {"_kill_and_resume": lambda text: (runs, error)}
+
+
 ROWS = {
     "00-1": [
         Row(128, True, "images per optimizer step"),
@@ -376,6 +392,24 @@ ROWS = {
         Row(200, False, "Hint: 2 x (N - 1) / N x size."),  # 2 x size
         Row(25, False, "Hint: 2 x (N - 1) / N x size."),  # one chunk
         *garbage("MB", "150 MB"),
+    ],
+    "07-3": [  # the launches stand in: _kill_and_resume returns what the two runs gave (tests/test_exercise_07_resume.py
+        # launches the solution and the untouched starter for real)
+        Row(42, False, "expected the path of your script"),
+        Row(FT_TEXT, False, "your script failed under torchrun", shows=("NameError",), name="crashes",
+            patch=_ft(None, "NameError: name 'snap' is not defined")),
+        Row(FT_TEXT, False, "wrote no snapshot at --snapshot", name="no snapshot",
+            patch=_ft({"ref": FT_RUN, "snapshot": None})),
+        Row(FT_TEXT, False, "no rank was killed", name="kill missed", patch=_ft(_ft_runs(kill={"error": "too late"}))),
+        Row(FT_TEXT, False, "started from step 0", name="no resume", patch=_ft(_ft_runs(resumed_at_step=None))),
+        Row(FT_TEXT, False, "holds no optimizer state", name="no optimizer",
+            patch=_ft(_ft_runs(digest="other", optimizer=False))),
+        Row(FT_TEXT, False, "holds no RNG state", name="no rng", patch=_ft(_ft_runs(digest="other", rng=False))),
+        Row(FT_TEXT, False, "did you skip the batches", name="no skip", patch=_ft(_ft_runs(digest="other"))),
+        Row(FT_TEXT.replace("os.replace", "os.remove"), False, "is written in place", name="not atomic",
+            patch=_ft(_ft_runs())),
+        Row(FT_TEXT, True, "and ended with the uninterrupted run's weights", shows=("resumed at step 3",), name="right",
+            patch=_ft(_ft_runs())),
     ],
     "08-1": [
         Row(Given("a free port", _free_port), True, "is free (bound and released just now)"),

@@ -37,7 +37,7 @@ WRONG = {
 # script are launched once each by tests/test_exercise_branches.py (the rows "fixed, launched", "untouched, launched"
 # and "(1, 2), launched", which assert the verdict, the feedback and the printed line, as the two tests below do),
 # and their solutions run in a kernel in test_solutions_notebook_runs_in_a_kernel; not a third time here (issue 46).
-LAUNCHING = {"06-1", "06-2", "06-3"}
+LAUNCHING = {"06-1", "06-2", "06-3", "07-3"}  # 07-3: tests/test_exercise_07_resume.py launches it
 ALL = [pytest.param(e, id=e.id) for e in E.EXERCISES if e.id not in LAUNCHING]
 
 

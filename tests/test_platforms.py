@@ -20,6 +20,8 @@ def fake_accelerator(monkeypatch, kind, count=1):
     acc = types.SimpleNamespace(is_available=lambda: kind is not None, device_count=lambda: count if kind else 0,
                                 current_accelerator=lambda: torch.device(kind) if kind else None)
     monkeypatch.setattr(torch, "accelerator", acc, raising=False)
+    # CUDA GPUs are counted through NVML (resources.gpu_count: torch.cuda.device_count), not acc.is_available()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count if kind == "cuda" else 0)
 
 
 @pytest.mark.parametrize("kind,local_rank,expected", [

@@ -84,6 +84,12 @@ class TestNotebook08:
         assert records["download_race"].details["safe"]["writers"].count("wrote") == 1
         assert records["download_race"].details["naive"]["reader_saw"]["truncated"] > 0
         assert set(records["port_in_use"].as_dict()) >= {"error", "diagnosis", "fix", "fixed_ok"}
+        # what the "the fix" cells print: the two commands, the real message of the plain-Python runs
+        commands = records["port_in_use"].details["commands"]
+        assert "--master-port" in commands["bug"] and "--master-port" not in commands["fixed"]
+        assert records["omp_threads"].details["fixed_command"].startswith("OMP_NUM_THREADS=")
+        assert "Can't get attribute" in records["spawn_main"].details["bug_output"]
+        assert "unrecognized arguments" in records["local_rank_argparse"].details["bug_output"]
 
 
     def test_records_display_as_tables(self, records, capsys):
@@ -161,3 +167,64 @@ def test_confirm_reports_without_raising(capsys):
     gpu_only = ts.Repro("demo", "", "why", "fix", None)
     assert gpu_only.confirm(fix_shown=False) and "not shown on this machine" in capsys.readouterr().out
     assert not gpu_only.confirm()
+
+
+# the bugs as code (issue 48): each bug the notebook reproduces has its broken lines on screen and its fix as an edit
+SHOWN = {  # the bug -> (the worker, the fix regions the notebook diffs against its "bug" region)
+    "a collective on rank 0 only": ("bugs/collective_mismatch.py", ["fix"]),
+    "unused parameters": ("bugs/unused_param.py", ["fix"]),
+    "evaluation through the DDP wrapper on rank 0": ("bugs/eval_through_ddp.py", ["fix", "fix:all"]),
+    "a missing set_epoch": ("demos/sampler.py", ["fix"]),
+    "--local_rank": ("bugs/local_rank.py", ["fix"]),
+    "mp.spawn of a function in __main__": ("bugs/spawn_main.py", ["fix"]),
+    "a port in use": ("bugs/port_in_use.py", []),          # the fix is the launch command (ts.command_diff)
+    "torchrun's OMP_NUM_THREADS=1": ("bugs/omp_threads.py", []),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(SHOWN))
+def test_each_bug_has_its_broken_lines_and_a_small_fix(bug):
+    worker, fixes = SHOWN[bug]
+    if worker != "bugs/omp_threads.py":  # the OMP problem has no broken line in its worker: it is in the command
+        first, last, text = ts.region(worker, "bug")
+        assert text.strip() and 1 <= first <= last and "# [" not in text
+        assert "lines" in ts.bug_code(worker).data.splitlines()[0] or "line" in ts.bug_code(worker).data
+    for fix in fixes:
+        diff = ts.fix_diff_text(worker, "bug", fix).splitlines()
+        removed = [ln for ln in diff[2:] if ln.startswith("-")]
+        added = [ln for ln in diff[2:] if ln.startswith("+")]
+        assert removed and added and len(removed) <= 3 and len(added) <= 3, (bug, fix, diff)
+
+
+def test_regions_name_their_problems():
+    with pytest.raises(ValueError, match=r"no single '# \[nothing\]'"):
+        ts.region("bugs/collective_mismatch.py", "nothing")
+    first, last, whole = ts.region("bugs/spawn_main.py", None)
+    assert whole.startswith("import argparse") and "mp.spawn(" in whole and '"""' not in whole.splitlines()[0]
+
+
+def test_notebook_shows_each_bug_as_code():
+    """08's cells show each bug's broken lines, then the fix as an edit, after the run that made both runs."""
+    from notebook_runs import path_of
+
+    nb = json.loads(path_of(NOTEBOOK).read_text())
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    for bug, (worker, fixes) in SHOWN.items():
+        if worker == "bugs/omp_threads.py":
+            assert 'ts.command_diff(omp.details["bug_command"], omp.details["fixed_command"])' in code
+            continue
+        assert f'ts.bug_code("{worker}"' in code, f"08 does not show the broken lines of {bug}"
+        if fixes:
+            assert f'ts.fix_diff("{worker}"' in code, f"08 does not show the fix of {bug} as an edit"
+    assert 'ts.command_diff(port.details["commands"]["bug"], port.details["commands"]["fixed"])' in code
+    for rec in ("port", "unused", "coll", "evalhang", "spawn", "lr"):
+        assert f"ts.error_excerpt({rec}" in code, f"08 does not print the real message of {rec}"
+
+
+def test_error_excerpt_prints_the_failing_ranks_last_lines():
+    rec = ts.Repro("demo", "RuntimeError: Timed out", "", "", True,
+                   {"root_cause": "Traceback (most recent call last):\n  File x\n\nRuntimeError: Timed out waiting",
+                    "failing_rank": 0})
+    out = ts.error_excerpt(rec, lines=2)
+    assert out.splitlines()[0] == "what rank 0 printed (last 2 lines):" and out.endswith("RuntimeError: Timed out waiting")
+    assert "the broken run" in ts.error_excerpt(ts.Repro("d", "", "", "", True, {"bug_output": "error: x"}))

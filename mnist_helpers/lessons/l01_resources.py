@@ -69,6 +69,7 @@ from pathlib import Path
 import torch
 
 from mnist_helpers import experiments
+from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict  # noqa: F401
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import SIMD_FLAGS, cpu_flags, cpu_model, machine_info, usable_cores
 from mnist_helpers.train import check_amp, select_device, train_step
@@ -677,8 +678,8 @@ def threads_sweep(threads: list[int] | None = None, *, rounds: int = 3, echo: bo
 # --------------------------------------------------------------------------- the claims this lesson settles
 
 CONFIG_TARGET = 1.8          # "~2x": best/worst images/s must reach this at the spreads' nearest ends
-GPU_USABLE_GIB = 8 - 0.5     # the article's 8 GB GPU, minus ~0.5 GiB for the CUDA context and kernels
-MEM_HOLDS, MEM_FAILS = 0.10, 0.50   # a training step under 10% of that: no bottleneck; over 50%: one
+# 01.gpu_memory_enough: memory.gpu_memory_verdict, the one rule scripts/device_check.py applies to a GPU's step too
+# (the peak against the article's 8 GB GPU, GPU_USABLE_GIB usable: holds under MEM_HOLDS, not over MEM_FAILS)
 
 
 def thread_ratios(sweep: list[dict], default_threads: int) -> dict:
@@ -714,8 +715,8 @@ def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: 
       ``CONFIG_TARGET`` even at the spreads' nearest ends; does not hold when it stays below it at their farthest
       ends; inconclusive in between or with one timed block; no verdict on a busy machine.
     - ``01.inspect_first``: demonstrated when every reading came back.
-    - ``01.gpu_memory_enough``: holds under ``MEM_HOLDS`` of an 8 GB GPU's usable memory, does not hold above
-      ``MEM_FAILS``, inconclusive in between.
+    - ``01.gpu_memory_enough``: ``memory.gpu_memory_verdict`` (device_check's rule too): holds under ``MEM_HOLDS``
+      of an 8 GB GPU's usable memory, does not hold above ``MEM_FAILS``, holds with nuance in between.
     """
     from mnist_helpers.claims import BUSY
 
@@ -756,8 +757,8 @@ def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: 
                   + (f"{n['ram_gib']:.1f} GiB RAM, " if n["ram_gib"] is not None else "RAM unread, ")
                   + f"{n['torch_threads']} torch threads, {n['gpus']} GPU(s); shell: "
                   + ", ".join(f"{k} {'run' if v else 'absent'}" for k, v in shells.items()))))
-    share = memory["step_peak_mib"] / (GPU_USABLE_GIB * 1024)
-    verdict = "holds" if share < MEM_HOLDS else "does not hold here" if share > MEM_FAILS else "inconclusive"
+    judged = gpu_memory_verdict(memory["step_peak_mib"])
+    share, verdict = judged["share"], judged["verdict"]
     n = {"step_peak_mib": memory["step_peak_mib"], "gpu_usable_gib": GPU_USABLE_GIB, "share": share,
          "persistent_mib": memory["persistent_mib"], "transient_mib": memory["transient_mib"],
          "holds_below": MEM_HOLDS, "fails_above": MEM_FAILS}
@@ -767,7 +768,7 @@ def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: 
                 f"({memory.get('method', 'peak memory')})"),
         evidence=(f"a Net training step at batch 128 peaks at {n['step_peak_mib']:.0f} MiB "
                   f"({n['persistent_mib']:.0f} persistent + {n['transient_mib']:.0f} transient), {share:.1%} of the "
-                  f"{GPU_USABLE_GIB} GiB usable on an 8 GB GPU (under {MEM_HOLDS:.0%}: no bottleneck)")))
+                  f"{GPU_USABLE_GIB} GiB usable on an 8 GB GPU ({judged['why']})")))
     return out
 
 

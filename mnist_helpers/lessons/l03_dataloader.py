@@ -25,7 +25,9 @@ can compare spreads (``claims.separated``):
   per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
 - ``workers_verdict`` / ``too_many_verdict``: the article's num_workers claims judged from a sweep's repeats.
-- ``claims_03(...)``: the notebook's seven claims from its measurements (pure), for ``claims.record``.
+- ``claims_03(...)``: the notebook's seven claims from its measurements (pure), for ``claims.record``;
+  ``workers_fraction_judgement`` and ``drop_last_judgement`` decide two of them from their recorded numbers, so
+  ``rejudge(entry)`` can judge a kept result again by today's rule.
 - ``loader_widget``: measure the loader once with given settings (a printed line: the static output nbmake
   keeps), and in JupyterLab sliders and a button to measure again.
 """
@@ -411,7 +413,7 @@ def too_many_verdict(sweep: list[dict], cores: int, *, margin: float = 0.9) -> d
 # --------------------------------------------------------------------------- the claims this lesson settles
 
 RULE_HOLDS, RULE_FAILS = 0.90, 0.75   # the rule's worker count reaches >= 90% of the best: holds; < 75%: does not
-DROP_MATTERS = 2.0                    # a last batch at least this much noisier (and outside the spread): worth dropping
+DROP_MATTERS = 2.0                    # a last batch at least this much noisier (ratio_bounds' low end): worth dropping
 COPY_LINE = 0.5                       # extra memory per worker >= half the dataset: a copy
 
 
@@ -446,13 +448,15 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
     ``drop_last_effect``'s dict (``drop_note``: how its image count relates to the article's 60,000) and ``busy``:
     the ``claims.Contention`` (or dict) of each timing, keys ``loader``, ``train``, ``pin``, ``disk``, ``feed``.
 
-    Rules: ``03.workers_fraction`` follows the *training* sweep (what the rule is for; the loader-only sweep is
+    Rules: ``03.workers_fraction`` (``workers_fraction_judgement``): not testable below 4 cores, where the rule's
+    range is one worker count; else it follows the *training* sweep (what the rule is for; the loader-only sweep is
     reported): holds when the rule's best count reaches ``RULE_HOLDS`` of the best setting, does not hold below
     ``RULE_FAILS`` (outside the spread), inconclusive in between or with one repeat. ``03.pin_memory_cpu``: on a
     machine without a GPU, *demonstrated* when torch warns that it ignores the flag (the timings are context);
-    with a GPU the CPU sentence is not testable here. ``03.drop_last``: holds when the last batch's gradient is
-    ``DROP_MATTERS`` x noisier outside the spread; noisier by less: holds with nuance; spreads overlapping:
-    inconclusive. The others as the notebook explains them. Each claim is judged by its own ``_c03_<claim>``."""
+    with a GPU the CPU sentence is not testable here. ``03.drop_last`` (``drop_last_judgement``): holds when the
+    last batch's gradient is ``DROP_MATTERS`` x noisier at the low end of the draws' quartile bounds; holds with
+    nuance ("negligible here") when below it at their high end; inconclusive when the bounds straddle it. The
+    others as the notebook explains them. Each claim is judged by its own ``_c03_<claim>``."""
     busy = busy or {}
     loader_rows = [r for r in loader_rows if r.get("num_workers") is not None]
     dl_train = [r for r in train_rows if r.get("num_workers") is not None]
@@ -470,7 +474,6 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
 def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:
     """num_workers = 1/4-1/2 of the cores."""
     wl, wt = workers_verdict(loader_rows, cores), workers_verdict(dl_train, cores)
-    verdict = BUSY if _busy(busy.get("loader"), busy.get("train")) else wt["verdict"]
     n = {"loader_best_workers": wl["best_workers"], "loader_best_img_s": wl["best_images_per_s"],
          "loader_rule_img_s": wl.get("rule_images_per_s"), "loader_rule_ratio": wl["ratio"],
          "train_best_workers": wt["best_workers"], "train_best_img_s": wt["best_images_per_s"],
@@ -478,13 +481,36 @@ def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:
          "rule_workers": wt.get("rule_workers"), "cores": cores, "holds_at": RULE_HOLDS, "fails_below": RULE_FAILS,
          "loader_repeats": {str(r["num_workers"]): _repeats(r) for r in loader_rows},
          "train_repeats": {str(r["num_workers"]): _repeats(r) for r in dl_train}}
+    verdict, evidence = workers_fraction_judgement(n, _busy(busy.get("loader"), busy.get("train")))
     return dict(id="03.workers_fraction", verdict=verdict, numbers=n, regime=regime,
-                contention=_cdict(busy.get("train")),
-                evidence=(f"training Net: best {n['train_best_img_s']:,.0f} img/s at {n['train_best_workers']} "
-                          f"workers, the rule's {n['rule_workers']} reaches {n['train_rule_ratio']:.0%} (holds at "
-                          f">= {RULE_HOLDS:.0%}, not below {RULE_FAILS:.0%}); loader only: best "
-                          f"{n['loader_best_img_s']:,.0f} img/s at {n['loader_best_workers']} workers, the rule's "
-                          f"{n['loader_rule_ratio']:.0%}"))
+                contention=_cdict(busy.get("train")), evidence=evidence)
+
+
+def rule_range(cores: int) -> tuple[int, int]:
+    """The worker counts "1/4 to 1/2 of the CPU cores" names on ``cores`` cores (at least 1): (lowest, highest)."""
+    return max(1, cores // 4), max(1, cores // 2)
+
+
+def workers_fraction_judgement(n: dict, busy: bool) -> tuple[str, str]:
+    """03.workers_fraction's verdict and evidence from its recorded numbers (``cores`` and the sweeps' repeats by
+    worker count), so a kept result can be judged again. *not testable here* when the rule's range holds a single
+    worker count (fewer than 4 cores: 1/4 and 1/2 of 2 cores both give 1 worker, so the fraction cannot be told from
+    "one worker"); then no verdict on a busy machine; else ``workers_verdict`` of the training sweep."""
+    lo, hi = rule_range(n["cores"])
+    context = (f"training Net: best {n['train_best_img_s']:,.0f} img/s at {n['train_best_workers']} workers, the "
+               f"rule's {n['rule_workers']} reaches {n['train_rule_ratio']:.0%}; loader only: best "
+               f"{n['loader_best_img_s']:,.0f} img/s at {n['loader_best_workers']} workers, the rule's "
+               f"{n['loader_rule_ratio']:.0%}")
+    if hi == lo:
+        return "not testable here", (f"on {n['cores']} cores 1/4 to 1/2 of the cores is {lo} worker only: the rule's "
+                                     f"fraction cannot be told from 'one worker' at this core count (testable from 4 "
+                                     f"cores); measured, for context: {context}")
+    if busy:
+        return BUSY, context
+    rows = [{"num_workers": int(w), "images_per_s": statistics.median(v), "repeats": v}
+            for w, v in n["train_repeats"].items()]
+    return (workers_verdict(rows, n["cores"])["verdict"],
+            context + f" (holds at >= {RULE_HOLDS:.0%}, not below {RULE_FAILS:.0%} outside the spread)")
 
 
 def _c03_too_many_workers(loader_rows, dl_train, cores, busy, regime) -> dict:
@@ -588,26 +614,64 @@ def _c03_in_memory(feed_rows, train_rows, dl_train, per_sample_us, per_batched_u
 
 def _c03_drop_last(drop, drop_note, regime) -> dict:
     """drop_last avoids a small last batch."""
-    ratio, last = drop["noise_ratio"], drop["last_batch"]
-    apart = bool(last) and separated(drop["grad_errors_last_batch"], drop["grad_errors_full_batch"]) and ratio > 1
-    if not last:
-        verdict = "not testable here"
-    elif apart and ratio >= DROP_MATTERS:
-        verdict = "holds"
-    elif apart:
-        verdict = "holds with nuance"
-    else:
-        verdict = "inconclusive"
-    n = {"noise_ratio": ratio, "expected_ratio": drop["expected_ratio"], "last_batch": last, "images": drop["images"],
-         "steps_per_epoch": drop["steps_keep"], "matters_at": DROP_MATTERS,
-         "errors_full_batch": drop["grad_errors_full_batch"], "errors_last_batch": drop["grad_errors_last_batch"]}
-    return dict(id="03.drop_last", verdict=verdict, numbers=n,
+    n = {"noise_ratio": drop["noise_ratio"], "expected_ratio": drop["expected_ratio"], "last_batch": drop["last_batch"],
+         "images": drop["images"], "batch_size": drop["batch_size"], "steps_per_epoch": drop["steps_keep"],
+         "matters_at": DROP_MATTERS, "errors_full_batch": drop["grad_errors_full_batch"],
+         "errors_last_batch": drop["grad_errors_last_batch"]}
+    verdict, evidence = drop_last_judgement(n)
+    return dict(id="03.drop_last", verdict=verdict, numbers=n, evidence=evidence,
                 regime=regime + f"; gradients at one fixed Net, {drop['images']:,} images" + (
-                    f" ({drop_note})" if drop_note else ""),
-                evidence=(f"{n['images']:,} images at batch {drop['batch_size']} leave a {last}-image last batch, "
-                          f"1 step of {n['steps_per_epoch']} per epoch, whose gradient is {ratio:.2f}x noisier "
-                          f"(theory {n['expected_ratio']:.2f}x; {'outside' if apart else 'inside'} the spread; "
-                          f"worth dropping from {DROP_MATTERS:.0f}x)"))
+                    f" ({drop_note})" if drop_note else ""))
+
+
+def ratio_bounds(a: list[float], b: list[float]) -> tuple[float, float]:
+    """How far the ratio a/b of two sets of draws can be trusted: (lowest, highest) from their interquartile ends,
+    q1(a)/q3(b) and q3(a)/q1(b) (claims.spread's quartiles)."""
+    from mnist_helpers.claims import spread
+    sa, sb = spread(a), spread(b)
+    return sa["q1"] / sb["q3"], sa["q3"] / sb["q1"]
+
+
+def drop_last_judgement(n: dict) -> tuple[str, str]:
+    """03.drop_last's verdict and evidence from its recorded numbers (a kept result can be judged again). The small
+    last batch's gradient against a full batch's (relative error to the full-data gradient, ``trials`` draws each):
+    *holds* (worth dropping) when the noise ratio is at least ``DROP_MATTERS`` even at the low end of
+    ``ratio_bounds``; *holds with nuance* ("negligible here": drop_last does avoid the batch, which does no
+    measurable harm) when even the high end stays below ``DROP_MATTERS``; *inconclusive* when the draws cannot tell
+    (the bounds straddle it); *not testable here* without a last batch."""
+    last = n["last_batch"]
+    steps = n["steps_per_epoch"]
+    batch = n.get("batch_size") or round((n["images"] - last) / max(steps - 1, 1))
+    if not last:
+        return "not testable here", (f"{n['images']:,} images at batch {batch} leave no last batch: nothing to drop")
+    lo, hi = ratio_bounds(n["errors_last_batch"], n["errors_full_batch"])
+    n.update(ratio_low=lo, ratio_high=hi)
+    if lo >= DROP_MATTERS:
+        verdict, word = "holds", f"at least {DROP_MATTERS:.0f}x noisier: worth dropping"
+    elif hi < DROP_MATTERS:
+        verdict, word = "holds with nuance", f"negligible here: under {DROP_MATTERS:.0f}x noisier, on 1 step in {steps}"
+    else:
+        verdict, word = "inconclusive", f"the draws cannot tell whether it reaches {DROP_MATTERS:.0f}x"
+    return verdict, (f"{n['images']:,} images at batch {batch} leave a {last}-image last batch, 1 step of {steps} per "
+                     f"epoch, whose gradient is {n['noise_ratio']:.2f}x noisier (theory {n['expected_ratio']:.2f}x; "
+                     f"{lo:.2f}-{hi:.2f}x from the quartiles of {len(n['errors_last_batch'])} draws each): {word}")
+
+
+def rejudge(entry: dict) -> dict:
+    """A kept result's 03.workers_fraction or 03.drop_last entry judged again by today's rule from its own numbers
+    (``workers_fraction_judgement``, ``drop_last_judgement``): the entry with its verdict, evidence, numbers and
+    rule replaced; its regime and contention stay the measurement's."""
+    from mnist_helpers.claims import rule
+    n = dict(entry["numbers"])
+    if entry["id"] == "03.workers_fraction":
+        verdict, evidence = workers_fraction_judgement(n, bool((entry.get("contention") or {}).get("busy")))
+        n.update(holds_at=RULE_HOLDS, fails_below=RULE_FAILS)
+    elif entry["id"] == "03.drop_last":
+        n.setdefault("batch_size", round((n["images"] - n["last_batch"]) / max(n["steps_per_epoch"] - 1, 1)))
+        verdict, evidence = drop_last_judgement(n)
+    else:
+        raise ValueError(f"l03.rejudge judges 03.workers_fraction and 03.drop_last, not {entry['id']}")
+    return {**entry, "verdict": verdict, "evidence": evidence, "numbers": n, "rule": rule(entry["id"])}
 
 
 # --------------------------------------------------------------------------- the widget

@@ -13,11 +13,11 @@ The measurement harness lives in the core, ``mnist_helpers/batch_scaling.py`` (s
 ``scripts/bench_batch_scaling.py``), and is imported here: ``fair_plan`` (the runs of a fair test: real doublings
 from the base batch, the same epochs for every batch, a warm-up of about one epoch; plus batch 8 against the base
 batch at equal epochs, and one tiny-step run labelled "where the rule breaks"), ``sweep`` (every run of a plan for
-every seed, calling back the functions it is given), ``judge`` (the four claims' verdicts from the rows, with spread
+every seed, calling back the functions it is given), ``judge`` (the five claims' verdicts from the rows, with spread
 over seeds), ``summary`` (mean and spread per configuration, a DataFrame), ``regime``. Here:
 ``explorer_table``/``batch_explorer`` (browse a sweep).
 
-The claims: ``claims_04(rows, contention=, full=)`` (pure: the four claims as ``claims.record`` takes them, from
+The claims: ``claims_04(rows, contention=, full=)`` (pure: the five claims as ``claims.record`` takes them, from
 the full sweep when one is given, else from the notebook's reduced sweep), ``full_sweep()`` (loads the full sweep's
 file), ``claims_table`` (the two side by side, in plain words, for the learner) and ``sweep_record`` (the reduced
 sweep kept beside the claims).
@@ -31,7 +31,8 @@ import pandas as pd
 
 # the measurement harness and the claims' rule live in the core (scripts/bench_batch_scaling.py runs them too);
 # named here as before, so notebook 04 and the tests import them from this lesson
-from mnist_helpers.batch_scaling import RULES, SAME_ACC, fair_plan, judge, regime, summary, sweep  # noqa: F401
+from mnist_helpers.batch_scaling import (RULES, SAME_ACC, fair_plan, judge, regime, summary, sweep,  # noqa: F401
+                                         timing_busy, timing_calls)
 from mnist_helpers.display import show
 from mnist_helpers.live import widgets
 # the lesson's code, written in the notebook's cells and generated into mnist_helpers/saved.py (`make saved`)
@@ -76,7 +77,7 @@ def full_rows(full: dict) -> list[dict]:
 
 
 def claims_04(rows: list[dict], *, contention=None, full: dict | None = None, model: str = "mlp") -> list[dict]:
-    """The four claims notebook 04 settles, one dict each (``claims.ResultFile.claim``'s keyword arguments): from
+    """The five claims notebook 04 settles, one dict each (``claims.ResultFile.claim``'s keyword arguments): from
     the full sweep ``full`` (a ``bench_batch_scaling.json`` as loaded by ``full_sweep()``; its regime names the
     script, machine and date) when one is given, else from the notebook's reduced sweep ``rows`` (``sweep``'s rows;
     ``contention``: the ``claims.Contention`` of its timings, or its dict). The rules are ``judge``'s."""
@@ -87,8 +88,9 @@ def claims_04(rows: list[dict], *, contention=None, full: dict | None = None, mo
     if full:
         frows = full_rows(full)
         calls = full.get("contention_by_call") or []
-        worst = max(calls, key=lambda c: c.get("others_cpu_share") or 0.0) if calls else None
-        fv = judge(frows, busy=BUSY if any(c.get("busy") for c in calls) else None)
+        timed = timing_calls(calls) or calls  # the calls that timed what 04.batch4096's "fast" reads
+        worst = max(timed, key=lambda c: c.get("others_cpu_share") or 0.0) if timed else None
+        fv = judge(frows, busy=BUSY if timing_busy(calls) else None)
         source = f"scripts/bench_batch_scaling.py on {full['machine_label']}, {full['date'][:10]}"
     out = []
     for cid, v in live.items():

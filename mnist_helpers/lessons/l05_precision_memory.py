@@ -50,9 +50,9 @@ from mnist_helpers.memory import current_bytes, graph_nodes
 from mnist_helpers.models import build_model
 # the measurement harness lives in the core (scripts/bench_amp.py and scripts/device_check.py run it too); named
 # here as before, so notebook 05 and the tests import it from this lesson
-from mnist_helpers.precision import (MODES, _grads, accumulated_gradients, accumulation_memory,  # noqa: F401
-                                     allocator_fragmentation, amp_gain, amp_verdict, compare_precisions,
-                                     deprecated_amp_warnings, empty_cache_cost)
+from mnist_helpers.precision import (ARTICLE_AMP_BATCH, MODES, _grads, accumulated_gradients,  # noqa: F401
+                                     accumulation_memory, allocator_fragmentation, amp_gain, amp_verdict,
+                                     compare_precisions, deprecated_amp_warnings, empty_cache_cost)
 from mnist_helpers.train import AMP_DTYPES, check_amp, train_step
 
 # --------------------------------------------------------------------------- the API
@@ -227,7 +227,6 @@ def kept_allocator_run(reference_dir) -> dict | None:
 
 AMP_CPU_CLAIM = ("bf16 autocast on a CPU halves a training step's peak memory and speeds it up (the article's AMP "
                  "claim, tried on this CPU)")
-ARTICLE_AMP_BATCH = 128  # the article's regime for AMP: one GPU, its recipe's batch
 
 
 def _busy(contention) -> bool:

@@ -30,6 +30,7 @@ each error, then asks for NCCL (GPUs only), and returns the JSON it prints.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -40,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from mnist_helpers.ports import free_port
+from mnist_helpers.resources import gpu_count
 
 # 08's reproduction of the failure: the one copy of the code both notebooks run.
 SPAWN_MAIN = Path(find_spec("mnist_helpers.workers.bugs.spawn_main").origin)
@@ -107,7 +109,7 @@ def _probe() -> dict:
     return {"env_steps": steps, "nccl": _attempt("nccl"),
             "available": {"gloo": dist.is_gloo_available(), "nccl": dist.is_nccl_available(),
                           "mpi": dist.is_mpi_available()},
-            "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0}
+            "cuda_devices": gpu_count()}
 
 
 def init_requirements(timeout: float = 120) -> dict:
@@ -124,6 +126,29 @@ if __name__ == "__main__":
 
 
 # --------------------------------------------------------------------------- launching from a notebook, with fork
+
+def notebook_start_method(platform: str | None = None, start_methods: list[str] | None = None) -> dict:
+    """How section 6 starts workers from the notebook here: ``{"start_method", "from_file", "why"}``.
+
+    ``fork`` where it exists and is safe (Linux): the child is a copy of the kernel, so a function defined in a cell
+    runs there as it is. Python documents fork as unsafe on macOS (system frameworks may crash a forked child; spawn
+    is the default there since Python 3.8), and native Windows has no fork. There the same function is imported
+    from a file (``from_file``: a ``%%writefile`` module) and started with ``spawn``: spawn sends the function by
+    module and name, and a fresh process cannot find a function defined in a notebook cell.
+    ``platform`` and ``start_methods`` default to ``sys.platform`` and ``multiprocessing.get_all_start_methods()``."""
+    platform = sys.platform if platform is None else platform
+    start_methods = multiprocessing.get_all_start_methods() if start_methods is None else start_methods
+    if platform == "darwin":
+        why = ("macOS: Python documents fork as unsafe here (system frameworks may crash a forked child) and "
+               "starts processes with spawn by default")
+    elif "fork" not in start_methods:
+        why = f"no fork on this platform ({platform}): processes start with spawn"
+    else:
+        return {"start_method": "fork", "from_file": False,
+                "why": "fork is available and safe here: the children are copies of this kernel"}
+    return {"start_method": "spawn", "from_file": True,
+            "why": why + "; spawn finds the function by module and name, so it runs from a file"}
+
 
 _FORK_AFTER_CUDA = r'''
 import json, torch, torch.multiprocessing as mp
@@ -160,47 +185,65 @@ def fork_after_cuda(timeout: float = 120) -> dict:
     return {"reproduced": True, **out}
 
 
-_FIND_INITIALIZER = r'''
+_FIND_INITIALIZER = r"""
 import importlib, json, os, sys, traceback
 import torch
 import torch.cuda
 
-calls = []
-_original = torch.cuda._lazy_init
+calls = []  # (door, the stack that knocked), every call
+torch_dir = os.path.dirname(torch.__file__) + os.sep  # torch's own frames (not torchvision's)
 
-def _spy():
-    if not calls:  # where the first call to CUDA's lazy initialisation came from
-        calls.append([f"{f.filename}:{f.lineno} ({f.name})" for f in traceback.extract_stack()[:-1]])
-    return _original()
 
-torch.cuda._lazy_init = _spy
+def _spy(door, original):
+    def spy(*args, **kwargs):
+        calls.append((door, [f"{f.filename}:{f.lineno} ({f.name})" for f in traceback.extract_stack()[:-1]]))
+        return original(*args, **kwargs)
+    return spy
+
+
+# 1. torch's lazy initialisation, which every CUDA tensor and call goes through
+torch.cuda._lazy_init = _spy("torch.cuda._lazy_init", torch.cuda._lazy_init)
+# 2. the driver's device count behind torch.cuda.is_available() (and behind device_count() where NVML cannot
+#    answer): it starts the driver without running 1., so torch.cuda.is_initialized() stays False
+if hasattr(torch._C, "_cuda_getDeviceCount"):
+    torch._C._cuda_getDeviceCount = _spy("cudaGetDeviceCount", torch._C._cuda_getDeviceCount)
 rows = []
 for name in sys.argv[1:]:
-    before = len(calls)
+    before, was_initialized = len(calls), torch.cuda.is_initialized()
     try:
         importlib.import_module(name)
         error = None
     except Exception as e:  # noqa: BLE001 - a module that fails to import is reported, not fatal
         error = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    called = len(calls) > before
-    torch_dir = os.path.dirname(torch.__file__) + os.sep  # torch's own frames (not torchvision's)
-    frames = [f for f in calls[0] if "importlib" not in f and "<frozen" not in f
-              and not f.startswith(torch_dir)] if called else []  # the caller outside torch
-    rows.append({"module": name, "touched_cuda": called or torch.cuda.is_initialized(),
-                 "cuda_initialized": torch.cuda.is_initialized(), "where": frames[-1] if frames else None,
+    door, stack = calls[before] if len(calls) > before else (None, [])
+    frames = [f for f in stack if "importlib" not in f and "<frozen" not in f
+              and not f.startswith(torch_dir)]  # the caller outside torch
+    initialized = torch.cuda.is_initialized()
+    rows.append({"module": name, "touched_cuda": door is not None or (initialized and not was_initialized),
+                 "via": door, "cuda_initialized": initialized, "where": frames[-1] if frames else None,
                  "import_error": error})
 print(json.dumps(rows))
-'''
+"""
 
 
 def find_cuda_initializer(modules: list[str], *, path: str | Path | None = None, timeout: float = 120) -> list[dict]:
     """Import ``modules`` one after another in a fresh Python process and report, for each, whether its import
-    called CUDA's lazy initialisation (``torch.cuda._lazy_init``, which every CUDA call goes through) or left
-    CUDA initialised, and the file and line that called it first. A module that touches CUDA at import time
-    breaks fork-based launchers; import it inside the worker function instead.
+    reached CUDA, through which door, and the file and line that did it first. A module that touches CUDA at
+    import time breaks fork-based launchers; import it inside the worker function instead.
 
-    ``path``: a folder put first on the child's ``sys.path`` (a notebook's own modules). On a machine without
-    a GPU the call is still caught (it then fails with "no NVIDIA driver", which the module may swallow)."""
+    Two doors are watched: ``torch.cuda._lazy_init`` (every CUDA tensor and call goes through it; afterwards
+    ``torch.cuda.is_initialized()`` is True) and ``torch._C._cuda_getDeviceCount``, the driver's device count behind
+    ``torch.cuda.is_available()`` (unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` is set and NVML answers) and behind
+    ``torch.cuda.device_count()`` where NVML cannot answer. The second starts the CUDA driver, which is what breaks
+    a fork, while ``torch.cuda.is_initialized()`` stays False: a spy on ``_lazy_init`` alone misses it.
+    Each row: ``{"module", "touched_cuda", "via" (the door, or None), "cuda_initialized" (torch's own flag after
+    the import), "where", "import_error"}``; ``touched_cuda`` is also True when the module left CUDA initialised
+    by a door not watched here.
+
+    ``path``: a folder put first on the child's ``sys.path`` (a notebook's own modules). The child gets this
+    process's environment (``PYTORCH_NVML_BASED_CUDA_CHECK`` included). On a machine without a GPU the calls are
+    still made and caught (the first then fails with "no NVIDIA driver", which the module may swallow), so the
+    table is the same; with torch built without CUDA, ``is_available()`` returns before any door."""
     env = _child_env(path)
     proc = subprocess.run([sys.executable, "-c", _FIND_INITIALIZER, *modules], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -519,18 +562,54 @@ def _c06_torchrun(res, demos: dict) -> None:
 def _c06_seeding_and_syncbn(res, demos: dict) -> None:
     """06.same_seed and 06.syncbn."""
     sd = demos[2]["seeding"]["summary"]
-    seeding_ok = sd["distinct_weights_after_ddp"] == 1 and sd["distinct_augmentation_same_seed"] == 1
-    res.claim("06.same_seed", verdict=("holds with nuance" if seeding_ok and sd["distinct_weights_before_ddp"] > 1
-                                       else "does not hold here"),
-              evidence=(f"different seeds: {sd['distinct_weights_before_ddp']} distinct initial weights before DDP, "
-                        f"{sd['distinct_weights_after_ddp']} after (DDP broadcasts rank 0's); same seed: "
-                        f"{sd['distinct_augmentation_same_seed']} augmentation stream(s) for 2 ranks, seed + rank: "
-                        f"{sd['distinct_augmentation_per_rank_seed']}"),
-              numbers={k: sd[k] for k in ("distinct_weights_before_ddp", "distinct_weights_after_ddp",
-                                          "distinct_augmentation_same_seed", "distinct_augmentation_per_rank_seed")},
-              regime="Net built with per-rank seeds, 2 processes; random pixel shifts as the augmentation")
+    n = {k: sd[k] for k in ("world_size", "distinct_weights_before_ddp", "distinct_weights_after_ddp",
+                            "distinct_augmentation_same_seed", "distinct_augmentation_per_rank_seed") if k in sd}
+    n.setdefault("world_size", 2)
+    verdict, evidence = same_seed_judgement(n)
+    res.claim("06.same_seed", verdict=verdict, evidence=evidence, numbers=n, regime=SEEDING_REGIME)
     sb = demos[2]["syncbn"]["summary"]
     res.claim("06.syncbn", **syncbn_claim(sb))
+
+
+SEEDING_REGIME = "Net built with per-rank seeds, 2 processes; random pixel shifts as the augmentation"
+
+
+def same_seed_judgement(n: dict) -> tuple[str, str]:
+    """06.same_seed's verdict and evidence from the seeding demo's counts (``demos/seeding.py``'s summary: distinct
+    initial weights with a different seed per rank before and after wrapping in DDP, distinct augmentation streams
+    with one seed and with ``seed + rank``). The article gives two reasons for one seed everywhere: equal replicas,
+    and reproducibility. *wrong* when DDP equalised the weights without a common seed (it broadcasts rank 0's at
+    construction) and one seed gave every rank the same augmentation stream (fewer streams than ranks): the first
+    reason does not need it, and the data side is harmed by it (``seed + rank`` gives each rank its own).
+    *holds* (*with nuance* when one seed also duplicates the augmentation) when the replicas stayed different
+    without it; *does not hold here* when DDP equalised them and one seed did not duplicate anything;
+    *inconclusive* when per-rank seeds did not give different weights to begin with (nothing was tested)."""
+    ws = n["world_size"]
+    dup = n["distinct_augmentation_same_seed"] < ws
+    if n["distinct_weights_before_ddp"] < 2:
+        verdict = "inconclusive"
+    elif n["distinct_weights_after_ddp"] > 1:
+        verdict = "holds with nuance" if dup else "holds"
+    else:
+        verdict = "wrong" if dup else "does not hold here"
+    return verdict, (
+        f"equal weights need no equal seed: with a different seed per rank, {n['distinct_weights_before_ddp']} "
+        f"distinct initial weights before DDP, {n['distinct_weights_after_ddp']} after (DDP broadcasts rank 0's at "
+        f"construction); one seed on every rank: {n['distinct_augmentation_same_seed']} augmentation stream(s) for "
+        f"{ws} ranks" + (" (every rank draws the same shifts)" if dup else "") + f"; seed + rank: "
+        f"{n['distinct_augmentation_per_rank_seed']}, so the data-side randomness wants seed + rank")
+
+
+def rejudge(entry: dict) -> dict:
+    """A kept 06.same_seed entry judged again by today's rule (``same_seed_judgement``) from its own numbers; a
+    file kept before the numbers held ``world_size`` ran 2 processes (its regime says so)."""
+    from mnist_helpers.claims import rule
+    if entry["id"] != "06.same_seed":
+        raise ValueError(f"l06.rejudge judges 06.same_seed, not {entry['id']}")
+    n = {**entry["numbers"]}
+    n.setdefault("world_size", 2)
+    verdict, evidence = same_seed_judgement(n)
+    return {**entry, "verdict": verdict, "evidence": evidence, "numbers": n, "rule": rule(entry["id"])}
 
 
 def _c06_validation(res, demos: dict, demos_load, ddp_run: dict, test_images: int) -> None:

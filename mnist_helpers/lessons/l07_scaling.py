@@ -21,7 +21,9 @@ step), what an all-reduce costs (4.4: ``ring_model``, ``ring_growth``, ``ring_vo
 ``restart_command``, ``restart_rates`` over ``RESTART_CONFIGS``, ``record_restarts`` writes claim
 ``07.restarts``). Here: :func:`elastic_membership` lets a second agent join a ``--nnodes=1:2`` job; :func:`ddp_memory`,
 :func:`memory_compare` and :func:`memory_verdict` (memory per process under DDP); :func:`mpi_probe`,
-:func:`cuda_index_probe` and :func:`shard_overlap` (what this machine can test); :func:`claims_07`.
+:func:`cuda_index_probe` and :func:`shard_overlap` (what this machine can test); for the learner's ``train_ft.py``
+(section 5) :func:`kill_rank_when` (``kill -9`` of one rank once the first snapshot exists, :func:`worker_pid` finds
+it), :func:`ft_runs_table`, :func:`learner_ddp_script` and :func:`ft_train_differences`; :func:`claims_07`.
 
 Rows are lists of dicts; ``ARTICLE_TABLE``, ``SCALING_TABLE``, ``ALLREDUCE_TABLE``, ``DDP_VARIANTS_TABLE`` and
 ``RESTARTS_TABLE`` are the columns and formats to show them with (``display.show(rows, **SCALING_TABLE)``).
@@ -39,6 +41,8 @@ import statistics
 from mnist_helpers import distributed
 from mnist_helpers.distributed import comparison_device
 from mnist_helpers.launch import torchrun
+# kill -9 of one rank once a file exists (07's section 5; also exercise 07-3's check, hence in the core)
+from mnist_helpers.launch import kill_rank_when, worker_pid  # noqa: F401
 # the measurement harness and the verdicts live in the core (scripts/bench_scaling.py, bench_allreduce.py and
 # bench_restarts.py run them too); named here as before, so notebook 07 and the tests import them from this lesson
 from mnist_helpers.scaling import (ALLREDUCE_TABLE, ARTICLE_SPEEDUP, DDP_VARIANTS_TABLE,  # noqa: F401
@@ -391,6 +395,80 @@ def shard_overlap(report: dict) -> list[dict]:
         rows.append({"loader": name, "world_size": report["world_size"], "images": n,
                      "per_rank": [len(idx) for idx in per_rank],
                      "seen_by_several": sum(1 for c in counts.values() if c > 1), "covered": len(counts)})
+    return rows
+
+
+# --------------------------------------------------------------------------- fault tolerance, the learner's script
+
+
+def ft_runs_table(runs: dict) -> list[dict]:
+    """One row per run of the learner's ``train_ft.py`` (``{label: results JSON}``): restarts, where the last attempt
+    resumed, steps, test accuracy and the final weights' digest, for ``display.show``."""
+    return [{"run": label, "world_size": r["world_size"], "restarts": r.get("restarts", 0),
+             "resumed_at_step": r.get("resumed_at_step"), "steps": r.get("steps"),
+             "test_acc": r["correct"] / r["count"], "test_images": r["count"], "weights_digest": r["digest"]}
+            for label, r in runs.items()]
+
+
+FT_RUNS_TABLE = {"formats": {"test_acc": "{:.2%}", "test_images": "{:,}"}}
+
+
+def learner_ddp_script(work_dir, scratch) -> "Path | None":
+    """06's ``train_ddp.py``: ``work_dir/train_ddp.py`` if notebook 06 ran in this folder, else the text of 06's
+    ``%%writefile work/train_ddp.py`` cell (from ``06_ddp_fundamentals.ipynb`` beside this notebook or in the
+    series' notebooks folder) written to ``scratch``; None when neither exists."""
+    from pathlib import Path
+
+    from mnist_helpers.paths import repo_root
+
+    mine = Path(work_dir) / "train_ddp.py"
+    if mine.is_file():
+        return mine
+    for nb in (Path("06_ddp_fundamentals.ipynb"), repo_root() / "notebooks" / "06_ddp_fundamentals.ipynb"):
+        if not nb.is_file():
+            continue
+        for cell in json.loads(nb.read_text(encoding="utf-8"))["cells"]:
+            src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            if cell["cell_type"] == "code" and src.startswith("%%writefile work/train_ddp.py"):
+                out = Path(scratch) / "train_ddp.py"
+                out.write_text(src.partition("\n")[2] + "\n")
+                return out
+    return None
+
+
+# What the series' ft_train.py does beyond the learner's train_ft.py: (what, a line of ft_train.py that shows it,
+# why). ft_train_differences() finds each line's number, so the table points into the file shown beside it.
+FT_DIFFERENCES = [
+    ("a snapshot holds every rank's RNG states", "rng = gather_objects(_rng_state())",
+     "ranks seeded differently (augmentation, dropout per rank) draw differently; yours keeps rank 0's for all"),
+    ("the atomic write also fsyncs", "save_snapshot(snap, self.snapshot, self.cfg, self.ctx.world_size)",
+     "io.atomic_save: temp file, fsync, rename: the snapshot survives a power cut, not only a kill"),
+    ("the snapshot is checked before it is used", "snap = load_snapshot(self.snapshot, self.cfg, self.ctx.world_size)",
+     "weights_only=True, the format, and this run's settings and world size: a snapshot of another job is refused"),
+    ("a snapshot at the end of every epoch as well", "if self.snapshot is not None:",
+     "a restart after an epoch's evaluation does not redo any of it"),
+    ("a stop asked from outside", "def _stop_requested(self) -> bool:",
+     "--stop-file: every rank agrees by one all-reduce, rank 0 snapshots that step, all exit 0 (Slurm's signal)"),
+    ("the kill is built in", "os.kill(os.getpid(), signal.SIGKILL)",
+     "--die-at-step K: rank 1 kills itself after step K on the first attempt (tests and section 4's agents)"),
+    ("the running loss survives the restart", '"partial": dict(self.partial)',
+     "the epoch's train loss counts the steps before the crash too"),
+    ("mixed precision's scaler is saved", '"scaler": tr.scaler.state_dict() if tr.scaler else None',
+     "with --amp on GPUs the GradScaler's scale is state too"),
+]
+
+
+def ft_train_differences(ft_train=None) -> list[dict]:
+    """``FT_DIFFERENCES`` as rows, each with the line number of ``ft_train.py`` where it shows."""
+    from pathlib import Path
+
+    series = Path(__file__).resolve().parents[1] / "workers" / "progression" / "ft_train.py"
+    path = Path(ft_train) if ft_train else series
+    lines = path.read_text().splitlines()
+    rows = []
+    for what, anchor, why in FT_DIFFERENCES:
+        at = next((i + 1 for i, ln in enumerate(lines) if anchor in ln), None)
+        rows.append({"ft_train.py does": what, "line": at, "code": anchor, "why": why})
     return rows
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import io
 import json
 import os
@@ -53,6 +54,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -69,7 +71,7 @@ from mnist_helpers.data import (TensorBatches, check_file, dataset_tensors, make
 from mnist_helpers.doctor import check_shm
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
-from mnist_helpers.launch import LaunchError, run_guarded, torchrun
+from mnist_helpers.launch import LaunchError, build_command, run_guarded, torchrun
 from mnist_helpers.memory import current_bytes, graph_nodes, peak_memory, run_isolated
 # the batch-size finder lives in the core (mnist_helpers.memory: the oom worker uses it too); named here as before
 from mnist_helpers.memory import (MALLOC_ENV, address_space_bytes, find_batch_size, limit_memory,  # noqa: F401
@@ -77,6 +79,7 @@ from mnist_helpers.memory import (MALLOC_ENV, address_space_bytes, find_batch_si
 from mnist_helpers.models import build_model
 from mnist_helpers.paths import PACKAGE_DIR
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
+from mnist_helpers.resources import gpu_count
 from mnist_helpers.train import select_device, train_step, train_with_loader
 
 BUGS = PACKAGE_DIR / "workers" / "bugs"  # the bug programs, for the reproductions that run a file
@@ -171,6 +174,84 @@ def subprocess_env(**extra) -> dict:
     return {**os.environ, "PYTHONPATH": str(PACKAGE_DIR.parent), **extra}
 
 
+# --------------------------------------------------------------------------- the bugs as code, on screen
+
+WORKERS = PACKAGE_DIR / "workers"
+_MARK = re.compile(r"^\s*# \[(/?)([\w:]+)\]\s*$")  # a region's marker line: # [bug] ... # [/bug]
+
+
+def region(worker: str, label: str = "bug") -> tuple[int, int, str]:
+    """The lines between the marker comments ``# [label]`` and ``# [/label]`` of ``workers/<worker>`` (e.g.
+    ``"bugs/collective_mismatch.py"``): their first and last line numbers in the file and their text, dedented,
+    without any marker lines inside. ``label=None``: the file's code after its module docstring. The bug workers
+    mark their broken lines ``bug`` and each fix ``fix`` (``fix:all``, ...)."""
+    from mnist_helpers.tools.worker_diffs import _body_start
+
+    lines = (WORKERS / worker).read_text().splitlines()
+    if label is None:
+        start = _body_start("\n".join(lines))
+        while start < len(lines) and not lines[start].strip():
+            start += 1
+        return start + 1, len(lines), "\n".join(lines[start:]) + "\n"
+    marks = [(i, m[1], m[2]) for i, ln in enumerate(lines) if (m := _MARK.match(ln))]
+    opens = [i for i, closing, name in marks if name == label and not closing]
+    closes = [i for i, closing, name in marks if name == label and closing]
+    if len(opens) != 1 or len(closes) != 1 or closes[0] < opens[0]:
+        raise ValueError(f"workers/{worker} has no single '# [{label}]' ... '# [/{label}]' region")
+    body = [ln for ln in lines[opens[0] + 1:closes[0]] if not _MARK.match(ln)]
+    return opens[0] + 2, closes[0], textwrap.dedent("\n".join(body)).strip("\n") + "\n"
+
+
+def _lines(first: int, last: int) -> str:
+    return f"line {first}" if first == last else f"lines {first}-{last}"
+
+
+def bug_code(worker: str, *labels: str | None):
+    """The marked lines of a bug worker (default: its ``bug`` region), highlighted, each headed by the file and
+    line numbers it comes from (``IPython.display.Code``; in a terminal, ``print(bug_code(...).data)``)."""
+    from IPython.display import Code
+
+    parts = []
+    for label in labels or ("bug",):
+        first, last, text = region(worker, label)
+        parts.append(f"# mnist_helpers/workers/{worker}, {_lines(first, last)}" + (f" [{label}]" if label else "")
+                     + "\n" + text)
+    return Code("\n".join(parts), language="python")
+
+
+def fix_diff_text(worker: str, bug: str = "bug", fix: str = "fix") -> str:
+    """The unified diff from a worker's ``bug`` region to its ``fix`` region: the edit that fixes it."""
+    (b1, b2, before), (f1, f2, after) = region(worker, bug), region(worker, fix)
+    name = Path(worker).name
+    return "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(),
+                                           f"{name} {_lines(b1, b2)} (broken)", f"{name} {_lines(f1, f2)} ({fix})",
+                                           n=max(len(before), len(after)), lineterm="")) + "\n"
+
+
+def fix_diff(worker: str, bug: str = "bug", fix: str = "fix"):
+    """:func:`fix_diff_text`, highlighted as a diff (``IPython.display.Code``)."""
+    from IPython.display import Code
+
+    return Code(fix_diff_text(worker, bug, fix), language="diff")
+
+
+def command_diff(before: str, after: str):
+    """Two command lines as a diff: the launch that fails and the one that works."""
+    from IPython.display import Code
+
+    return Code(f"- {before}\n+ {after}\n", language="diff")
+
+
+def error_excerpt(rec: Repro, lines: int = 6) -> str:
+    """The last lines of the real message the broken run printed (the failing rank's exception, as the launcher
+    extracted it; or the stderr of a plain subprocess), for the notebook to print under the record."""
+    d = rec.details
+    text = d.get("root_cause") or d.get("bug_output") or ""
+    kept = [ln.rstrip()[:220] for ln in text.splitlines() if ln.strip()][-lines:]
+    who = f"rank {d['failing_rank']}" if d.get("failing_rank") is not None else "the broken run"
+    return f"what {who} printed (last {len(kept)} lines):\n" + "\n".join("    " + ln for ln in kept)
+
+
 # --------------------------------------------------------------------------- 1. Address already in use
 
 def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
@@ -190,7 +271,9 @@ def port_in_use(nproc: int = 1, timeout: float = 120) -> Repro:
         f"(the fixed run used port {fixed.get('master_port')})",
         bool(fixed) and fixed.get("all_reduce") == nproc,
         {"port": port, "holders": holders, "port_free_after_stopping_holder": freed,
-         "fixed_master_port": fixed.get("master_port"), **evidence(err)})
+         "fixed_master_port": fixed.get("master_port"), "fixed_all_reduce": fixed.get("all_reduce"),
+         "commands": {"bug": shlex.join(build_command(module, ["--master-port", port], nproc)),
+                      "fixed": shlex.join(build_command(module, [], nproc))}, **evidence(err)})
 
 
 # --------------------------------------------------------------------------- 2. backend errors
@@ -213,14 +296,15 @@ def backend_interface(nproc: int = 2, bad_ifname: str = "eth-typo9", timeout: fl
     the output shows what those add (the store's address, each collective's fingerprint).
     """
     module = "mnist_helpers.workers.bugs.collective_mismatch"
-    err = expect_launch_failure(module, ["--fix"], nproc=nproc, env={"GLOO_SOCKET_IFNAME": bad_ifname},
+    healthy = ["--fix", "--where", "end"]  # the fix shown in section 4: this run is also its rerun
+    err = expect_launch_failure(module, healthy, nproc=nproc, env={"GLOO_SOCKET_IFNAME": bad_ifname},
                                 timeout=timeout)
     good = loopback_interface()
     env = {"GLOO_SOCKET_IFNAME": good, **DEBUG_ENV}
     lines: list[str] = []
     fixed_err = None
     try:
-        fixed = launch_ok(module, ["--fix"], nproc=nproc, env=env, timeout=timeout, capture=lines)
+        fixed = launch_ok(module, healthy, nproc=nproc, env=env, timeout=timeout, capture=lines)
     except LaunchError as e:  # reported in the record, not hidden
         fixed, fixed_err = {}, e
     return Repro(
@@ -290,7 +374,8 @@ def collective_mismatch(nproc: int = 2, timeout_s: float = 5.0, fixed_result: di
                                  env={"TORCH_DISTRIBUTED_DEBUG": "INFO"}, timeout=launch_timeout)
     info_text = info.root_cause + "\n" + info.output
     if fixed_result is None:
-        fixed_result = launch_ok(module, ["--fix", "--timeout", timeout_s], nproc=nproc, timeout=launch_timeout)
+        fixed_result = launch_ok(module, ["--fix", "--where", "end", "--timeout", timeout_s], nproc=nproc,
+                                 timeout=launch_timeout)
     detail = telling_line(named.root_cause + "\n" + named.output, r"Detected mismatch between collectives")
     differ = telling_line(named.root_cause + "\n" + named.output, r"Collectives differ in the following")
     return Repro(
@@ -580,7 +665,8 @@ def spawn_main(nprocs: int = 2, timeout: float = 180) -> Repro:
         "put the function in an importable module (here mnist_helpers.workers.bugs.spawn_main) or launch a worker "
         "script with torchrun (mnist_helpers.launch)",
         good.returncode == 0 and good.stdout.count("hello from spawned rank") == nprocs,
-        {"bug_returncode": bad.returncode, "fixed_returncode": good.returncode, "fixed_stdout": good.stdout[-500:]})
+        {"bug_returncode": bad.returncode, "fixed_returncode": good.returncode, "fixed_stdout": good.stdout[-500:],
+         "bug_output": (bad.stderr + bad.stdout)[-1500:]})
 
 
 _CUDA_FORK = r"""
@@ -604,7 +690,7 @@ def cuda_fork(timeout: float = 180) -> Repro:
     diagnosis = ("fork copies the parent's memory but not its CUDA context: a child that touches CUDA after the "
                  "parent initialised it fails (DataLoader workers and mp with the default 'fork' start method)")
     fix = "start method 'spawn' (mp.set_start_method('spawn'), torchrun workers, DataLoader(multiprocessing_context='spawn')), or keep CUDA out of the parent before forking"
-    if not torch.cuda.is_available():
+    if not gpu_count():  # not is_available(), which would start the CUDA driver in this kernel
         return Repro("Cannot re-initialize CUDA in forked subprocess",
                      "(not reproducible here: no CUDA device; on a GPU this record shows the real message)",
                      diagnosis, fix, None, {"cuda": False})
@@ -668,7 +754,8 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
         "read int(os.environ['LOCAL_RANK']) (torchrun and launch both set it); accept both spellings if you must "
         "keep the flag",
         good.returncode == 0 and "local_rank from the environment" in good.stdout,
-        {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:]})
+        {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:],
+         "bug_output": (bad.stderr + bad.stdout)[-1500:], "fixed_returncode": good.returncode})
 
 
 def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:
@@ -704,7 +791,8 @@ def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:
         good.returncode == 0 and good_res.get("torch_threads") == want,
         {"cores": cores, "plain_threads": plain_threads, "torchrun_threads": bug_res.get("torch_threads"),
          "torchrun_env": bug_res.get("omp_num_threads_env"), "fixed_threads": good_res.get("torch_threads"),
-         "bug_command": "env -u OMP_NUM_THREADS " + shlex.join(bug_cmd)})
+         "bug_command": "env -u OMP_NUM_THREADS " + shlex.join(bug_cmd),
+         "fixed_command": f"OMP_NUM_THREADS={want} " + shlex.join(bug_cmd)})
 
 
 # --------------------------------------------------------------------------- the batch-size finder

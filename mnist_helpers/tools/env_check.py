@@ -44,11 +44,16 @@ def versions() -> dict[str, str]:
 
 def devices() -> dict[str, object]:
     import torch
-    info: dict[str, object] = {"cuda_available": torch.cuda.is_available(),
-                               "cuda_device_count": torch.cuda.device_count() if torch.cuda.is_available() else 0,
+
+    from mnist_helpers.resources import gpu_count, gpus_through_nvml
+
+    count = gpu_count()  # through NVML: torch.cuda.is_available() would start the CUDA driver (and poison fork)
+    info: dict[str, object] = {"cuda_available": count > 0, "cuda_device_count": count,
                                "torch_cuda_build": torch.version.cuda}
     if info["cuda_device_count"]:
-        info["gpus"] = [torch.cuda.get_device_name(i) for i in range(info["cuda_device_count"])]
+        named = gpus_through_nvml(count)  # NVML leaves the driver alone; torch's names start it
+        info["gpus"] = ([g["name"] for g in named] if named is not None
+                        else [torch.cuda.get_device_name(i) for i in range(count)])
     return info
 
 

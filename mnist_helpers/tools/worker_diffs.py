@@ -1,4 +1,5 @@
-"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (06_ddp_fundamentals).
+"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (06_ddp_fundamentals); the
+same rule for the learner's scripts (06: train_single.py -> train_ddp.py, ``# DDP:``; 07: -> train_ft.py, ``# FT:``).
 
 Each step keeps the previous one's code and marks what it changes **once per block**, as huggingface/accelerate's
 examples do: every block of added, changed or removed lines carries exactly one marker comment with its reason
@@ -21,7 +22,7 @@ from pathlib import Path
 
 WORKERS = Path(__file__).resolve().parents[1] / "workers" / "progression"
 STEPS = (("single.py", None), ("ddp_spawn.py", "# DDP:"), ("ddp_train.py", "# torchrun:"))
-MARKERS = tuple(m for _, m in STEPS if m)
+MARKERS = tuple(m for _, m in STEPS if m) + ("# FT:",)  # and 07: the learner's train_ddp.py -> train_ft.py
 BRIDGE = 2  # changed runs at most this many unchanged lines apart form one block
 
 
@@ -111,7 +112,7 @@ def code_text(name: str, workers: Path = WORKERS) -> str:
 def diff_text(prev_name: str, name: str, workers: Path = WORKERS, context: int = 3) -> str:
     """The unified diff of two workers' code (what ``diff -u`` prints, without the docstrings)."""
     a, b = code_text(prev_name, workers).splitlines(), code_text(name, workers).splitlines()
-    return "\n".join(difflib.unified_diff(a, b, prev_name, name, n=context, lineterm="")) + "\n"
+    return "\n".join(difflib.unified_diff(a, b, Path(prev_name).name, Path(name).name, n=context, lineterm="")) + "\n"
 
 
 def source(name: str, workers: Path = WORKERS):

@@ -3,15 +3,15 @@
 The server is the one a learner starts: the README's `make lab LAB_ARGS="--no-browser --port=8888"` (a free port
 in place of 8888), run by tests/lab_server.py as the user the tests run as (root in CI), over notebooks/ itself
 (issue 24). The notebook it runs holds the cells of 00 that only a browser can prove (issue 46: the whole of 00
-runs once per `make test`, in tests/test_notebooks.py): the setup cell, the parameters, the environment table, the
-data check, a matplotlib figure and the exercise's answer box; it is written to notebooks/work/ (ignored by git,
-where notebook 06 writes its scripts too) from the committed notebook's own cells. The server's environment
-carries ``MNIST_PROFILE=quick`` (the kernel runs the quick profile) and JupyterLab settings of the test's own:
-every cell in the DOM, no news, and autosave off, so the run never writes outputs into a committed notebook
-(every notebooks/*.ipynb checked byte for byte afterwards; restored and failed if one changed). Headless
-Debian Chromium, driven by Playwright for Python, opens the notebook, runs all cells, waits until every code
-cell has an execution count and the kernel is idle, asserts that no cell shows a traceback, that the exercise
-widget (a text box and a Check button) rendered and answers through the kernel, and saves a screenshot to
+runs once per `make test`, in tests/test_notebooks.py): the setup cell, the parameters and the values derived from
+them, the environment table, the data check, a matplotlib figure and the exercise's answer box; it is written to
+notebooks/work/ (ignored by git, where notebook 06 writes its scripts too) from the committed notebook's own cells.
+The server's environment carries ``MNIST_PROFILE=quick`` (the kernel runs the quick profile) and JupyterLab
+settings of the test's own: every cell in the DOM, no news, and autosave off, so the run never writes outputs into
+a committed notebook (every notebooks/*.ipynb checked byte for byte afterwards; restored and failed if one
+changed). Headless Debian Chromium, driven by Playwright for Python, opens the notebook, runs all cells, waits until
+every code cell has an execution count and the kernel is idle, asserts that no cell shows a traceback, that the
+exercise widget (a text box and a Check button) rendered and answers through the kernel, and saves a screenshot to
 ``results/jupyterlab_00.png``. The widget check runs a generated notebook in a scratch folder
 (``make lab ... LAB_DIR=...``). Stopping the server checks that no process it started is left.
 
@@ -36,7 +36,8 @@ from lab_server import make_lab, readme_lab_line
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = "00_setup_and_data.ipynb"
-BROWSER_CELLS_00 = [1, 2, 4, 6, 12, 27]  # setup, parameters, environment table, data check, a figure, answer box
+# setup, parameters, the values derived from them, environment table, data check, a figure, answer box
+BROWSER_CELLS_00 = [1, 2, 3, 5, 7, 13, 28]
 NOTEBOOK = "work/browser_00.ipynb"
 CHROMIUM = os.environ.get("MNIST_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -112,8 +113,8 @@ def lab(tmp_path):
     committed = sorted(folder.glob("*.ipynb"))
     before, had_checkpoints = {p: p.read_bytes() for p in committed}, checkpoints.exists()
     nb = nbformat.read(folder / SOURCE, as_version=4)
-    assert "find_spec" in nb.cells[1].source and "answer_box(" in nb.cells[27].source, \
-        f"the browser's cells of {SOURCE} moved: update BROWSER_CELLS_00"
+    assert ("find_spec" in nb.cells[1].source and "QUICK =" in nb.cells[3].source
+            and "answer_box(" in nb.cells[28].source), f"the browser's cells of {SOURCE} moved: update BROWSER_CELLS_00"
     nb.cells = [nb.cells[i] for i in BROWSER_CELLS_00]
     (folder / NOTEBOOK).parent.mkdir(exist_ok=True)
     nbformat.write(nb, folder / NOTEBOOK)

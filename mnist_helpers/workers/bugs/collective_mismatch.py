@@ -12,6 +12,9 @@ group's ``timeout`` runs out (30 min by default for gloo, 10 min for nccl). Thre
   and names the mismatch ("Rank 0 is running collective ... but Rank 1 is running ...");
 - ``--fix`` makes every rank join the log ``all_reduce``, and the run passes.
 
+The broken lines and their fix sit between ``# [bug]`` and ``# [fix]`` marker comments (notebook 08 shows them and
+their diff: ``l08_troubleshooting.fix_diff``).
+
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m mnist_helpers.workers.bugs.collective_mismatch --timeout 5                 # the bug
     TORCH_DISTRIBUTED_DEBUG=DETAIL python -m torch.distributed.run --standalone --nproc-per-node 2 \\
@@ -65,8 +68,15 @@ def main(argv: list[str] | None = None) -> dict:
                 if rank == 0:
                     print(f"[rank 0] step {step} | loss {loss[0].item() / world_size:.4f}", flush=True)
         total = torch.tensor([float(args.steps)])
-        if args.where == "end" and (args.fix or rank == 0):  # the bug: final metrics reduced on rank 0 only
-            dist.all_reduce(total)
+        if args.where == "end" and not args.fix:
+            # [bug]
+            if rank == 0:                                    # the bug: final metrics reduced on rank 0 only
+                dist.all_reduce(total)
+            # [/bug]
+        elif args.where == "end":
+            # [fix]
+            dist.all_reduce(total)                           # the fix: every rank calls every collective
+            # [/fix]
         dist.barrier()                                       # "wait for everyone before exiting"
         summary = {"world_size": world_size, "steps": args.steps, "seconds": time.perf_counter() - start,
                    "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),

@@ -24,7 +24,8 @@ Two fixes (``--fix``):
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m mnist_helpers.workers.bugs.eval_through_ddp --fix all
 
-A model without buffers (``--model net``) does not hang: nothing to broadcast. That is why the bug hides until a
+The broken lines and the fixes sit between ``# [bug]`` / ``# [fix]`` / ``# [fix:all]`` marker comments (notebook
+08 shows them and their diff). A model without buffers (``--model net``) does not hang: nothing to broadcast. That is why the bug hides until a
 BatchNorm layer appears.
 """
 from __future__ import annotations
@@ -77,10 +78,20 @@ def main(argv: list[str] | None = None) -> dict:
         Xt, yt = torch.randn(256, 1, 28, 28, generator=g), torch.randint(0, 10, (256,), generator=g)
         start = time.perf_counter()
         acc = None
-        if args.fix == "all":
+        if args.fix == "none":
+            # [bug]
+            if rank == 0:
+                acc = evaluate(model, Xt, yt)               # the bug: the wrapper (DDP's forward broadcasts buffers)
+            # [/bug]
+        elif args.fix == "module":
+            # [fix]
+            if rank == 0:
+                acc = evaluate(model.module, Xt, yt)        # the fix: the bare model, no collective
+            # [/fix]
+        else:
+            # [fix:all]
             acc = evaluate(model, Xt, yt)                   # every rank joins DDP's buffer broadcast
-        elif rank == 0:
-            acc = evaluate(model.module if args.fix == "module" else model, Xt, yt)  # the bug: the wrapper
+            # [/fix:all]
         if rank == 0:
             print(f"[rank 0] evaluated ({'model.module' if args.fix == 'module' else 'DDP wrapper'}) "
                   f"in {time.perf_counter() - start:.2f} s", flush=True)

@@ -22,19 +22,25 @@ import sys
 def article_parser(fix: bool) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("--fix", action="store_true")
-    if fix:  # accept both spellings, but take the value from the environment
-        parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None)
-    else:  # the article, verbatim
-        parser.add_argument("--local_rank", type=int, default=0)
+    if not fix:
+        # [bug]
+        parser.add_argument("--local_rank", type=int, default=0)  # the article, verbatim
+        # [/bug]
+    else:
+        # [fix]
+        parser.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int, default=None)  # both spellings
+        # [/fix]
     return parser
 
 
 if __name__ == "__main__":
     fix = "--fix" in sys.argv[1:]
     args = article_parser(fix).parse_args()  # the bug: exits with "unrecognized arguments: --local-rank=N"
-    if fix:
-        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if not fix:
+        print(f"local_rank from the argument: {args.local_rank}", flush=True)
+    else:
+        # [fix:env]
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))  # the fix: the environment, which both launchers set
+        # [/fix:env]
         print(f"local_rank from the environment: {local_rank} (argument said {args.local_rank}); "
               f"device would be cuda:{local_rank}", flush=True)
-    else:
-        print(f"local_rank from the argument: {args.local_rank}", flush=True)

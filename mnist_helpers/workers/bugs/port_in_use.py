@@ -38,15 +38,17 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
+    # [bug]
     if args.master_port is not None:
-        os.environ["MASTER_PORT"] = str(args.master_port)
+        os.environ["MASTER_PORT"] = str(args.master_port)  # the article: MASTER_PORT=12355, a fixed port
         # Under torchrun the ranks would reuse torchrun's own store; the article's code makes its
         # own, with rank 0 listening on MASTER_PORT. That is the code path we reproduce.
         os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
     os.environ.setdefault("MASTER_PORT", "29500")
     port = int(os.environ["MASTER_PORT"])
-    dist.init_process_group("gloo", init_method="env://",
+    dist.init_process_group("gloo", init_method="env://",   # rank 0 listens on MASTER_PORT
                             timeout=datetime.timedelta(seconds=args.timeout))
+    # [/bug]
     try:
         rank, world_size = dist.get_rank(), dist.get_world_size()
         value = torch.ones(1)

@@ -26,8 +26,12 @@ if __name__ == "__main__":
     ap.add_argument("--fix", action="store_true", help="spawn a function imported from a module by name")
     ap.add_argument("--nprocs", type=int, default=2)
     args = ap.parse_args()
-    if args.fix:
-        from mnist_helpers.workers.bugs.spawn_main import train as target  # pickled as mnist_helpers...:train
-    else:
+    if not args.fix:
+        # [bug]
         target = train  # pickled as __main__:train, which a child cannot find
+        # [/bug]
+    else:
+        # [fix]
+        from mnist_helpers.workers.bugs.spawn_main import train as target  # pickled as mnist_helpers...:train
+        # [/fix]
     mp.spawn(target, args=(args.nprocs,), nprocs=args.nprocs, join=True)

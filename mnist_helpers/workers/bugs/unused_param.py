@@ -17,7 +17,8 @@ head that ``forward`` forgets to call. Fixes, each selected with ``--fix``:
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m mnist_helpers.workers.bugs.unused_param --fix all --out r.json   # the fixes, timed
 
-Data are random MNIST-shaped batches: the step cost does not depend on the pixel values.
+The broken ``forward`` and the fixes sit between ``# [bug]`` / ``# [fix]`` / ``# [fix:other]`` marker comments
+(notebook 08 shows them and their diff). Data are random MNIST-shaped batches: the step cost does not depend on the pixel values.
 """
 from __future__ import annotations
 
@@ -41,28 +42,39 @@ from mnist_helpers.worker import finish, parser, world_of_one_env
 FIXES = ("none", "use", "freeze", "find_unused")
 
 
+# [model]
 class WithAuxHead(nn.Module):
-    """``FastNet`` plus an auxiliary classifier on the input pixels; ``use_aux`` decides whether forward calls it."""
+    """``FastNet`` plus an auxiliary classifier on the input pixels, which ``forward`` forgets to call (the bug)."""
 
-    def __init__(self, use_aux: bool):
+    def __init__(self):
         super().__init__()
         self.body = build_model("fastnet")
-        self.aux = nn.Linear(28 * 28, 10)
-        self.use_aux = use_aux
+        self.aux = nn.Linear(28 * 28, 10)  # a parameter DDP registers, waits for, and never gets a gradient of
 
+    # [bug]
     def forward(self, x):
-        out = self.body(x)
-        if self.use_aux:  # the fix "use": every parameter takes part in the loss
-            out = out + 0.1 * F.log_softmax(self.aux(torch.flatten(x, 1)), dim=1)
-        return out
+        return self.body(x)
+    # [/bug]
+# [/model]
+
+
+class UsesAuxHead(WithAuxHead):
+    """The fix ``use``: ``forward`` calls the branch, so every parameter takes part in the loss."""
+
+    # [fix]
+    def forward(self, x):
+        return self.body(x) + 0.1 * F.log_softmax(self.aux(torch.flatten(x, 1)), dim=1)
+    # [/fix]
 
 
 def make_ddp(fix: str) -> DDP:
     torch.manual_seed(0)
-    model = WithAuxHead(use_aux=fix == "use")
+    model = UsesAuxHead() if fix == "use" else WithAuxHead()
+    # [fix:other]
     if fix == "freeze":
         model.aux.requires_grad_(False)  # DDP registers no hook for parameters without grad
-    return DDP(model, find_unused_parameters=fix == "find_unused")
+    return DDP(model, find_unused_parameters=fix == "find_unused")  # or: DDP searches the graph every step
+    # [/fix:other]
 
 
 def run_steps(fixes: list[str], steps: int, warmup: int, batch_size: int, rank: int) -> dict[str, list[float]]:

@@ -29,10 +29,17 @@ def same_position_fraction(a: list[int], b: list[int]) -> float:
 
 def epochs_of(sampler, set_epoch: bool) -> list[list[int]]:
     out = []
-    for epoch in range(EPOCHS):
-        if set_epoch:
-            sampler.set_epoch(epoch)
-        out.append([int(i) for i in sampler])
+    if not set_epoch:
+        # [bug]
+        for epoch in range(EPOCHS):
+            out.append([int(i) for i in sampler])  # the same shuffle (seed) every epoch
+        # [/bug]
+    else:
+        # [fix]
+        for epoch in range(EPOCHS):
+            sampler.set_epoch(epoch)               # the shuffle's seed becomes seed + epoch
+            out.append([int(i) for i in sampler])
+        # [/fix]
     return out
 
 
