@@ -74,7 +74,8 @@ lesson or a tool: code a worker and a notebook share lives in the core):
                           (07 and tests/test_restarts.py: a worker killed under torchrun --max-restarts)
     workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
     workers/exercises/    starters of the exercises that make the learner write code, each with a solution:
-                          ft_starter, ft_solution (07-3: add snapshot and resume)
+                          ddp_starter, ddp_solution (06-1: a single-device script made DDP); ft_starter,
+                          ft_solution (07-3: add snapshot and resume); hang_starter, hang_solution (08-3: fix a hang)
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 

@@ -15,6 +15,7 @@ shows a text box and a Check button in JupyterLab (ipywidgets) and only the prom
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,87 @@ def check_accuracy_from_confusion(answer) -> Feedback:
         return _say(False, "that is the error rate: the off-diagonal share. Accuracy is the diagonal.")
     return _say(False, f"{value:g} is not it. Hint: sum(CONFUSION[i][i]) / sum of every entry.")
 
+def _call(fn, *args):
+    """(what ``fn(*args)`` returned, None) or (None, "ExceptionType: message"): a learner's function never crashes
+    the check."""
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001 - any error of the learner's code becomes feedback
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _evaluation_case():
+    """A probe model (it records, per forward, whether it was in training mode and autograd was on, and the batch
+    size), a loader of 300 images in batches of 128 (the last one 44), the true accuracy, and the accuracy a mean of
+    the three batch accuracies gives (the last batch is all wrong, so the two differ)."""
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, TensorDataset
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 10), nn.Dropout(0.5))
+            self.calls = []
+
+        def forward(self, x):
+            self.calls.append((self.training, torch.is_grad_enabled(), len(x)))
+            return self.net(x)
+
+    g = torch.Generator().manual_seed(0)
+    model, X = Probe(), torch.randn(300, 1, 28, 28, generator=g)
+    with torch.no_grad():
+        pred = model.eval().net(X).argmax(1)
+    right = torch.rand(300, generator=g) < 0.8
+    right[256:] = False  # the last batch: every image wrong
+    y = torch.where(right, pred, (pred + 1) % 10)
+    model.train()
+    loader = DataLoader(TensorDataset(X, y), batch_size=128)
+    per_batch = [right[i:i + 128].float().mean().item() for i in range(0, 300, 128)]
+    return model, loader, right.sum().item() / 300, sum(per_batch) / len(per_batch), int(right.sum())
+
+
+def check_evaluate_fn(answer) -> Feedback:
+    """02-3: the learner's ``evaluate(model, loader)``, run on a probe model and a 300-image loader."""
+    if not callable(answer):
+        return _say(False, f"expected your function `evaluate` itself (answer = evaluate), got "
+                           f"{type(answer).__name__}.")
+    model, loader, truth, batch_mean, correct = _evaluation_case()
+    got, error = _call(answer, model, loader)
+    if error is not None:
+        return _say(False, f"evaluate(model, loader) raised {error}")
+    value = _number(got, "the accuracy")
+    if value is None:
+        return _say(False, f"evaluate returned {got!r} ({type(got).__name__}); return the accuracy as a number "
+                           "between 0 and 1 (`correct / total`).")
+    if not model.calls:
+        return _say(False, "evaluate never called the model: run model(X) on every batch of the loader.")
+    if any(training for training, _, _ in model.calls):
+        return _say(False, "the model ran in training mode: call model.eval() first, or dropout (and BatchNorm's "
+                           "batch statistics) change the predictions you score.")
+    if any(grad for _, grad, _ in model.calls):
+        return _say(False, "the forward passes ran with autograd on: wrap the loop in `with torch.no_grad():` (or "
+                           "torch.inference_mode()), or every batch keeps a graph for a backward that never comes.")
+    scored = sum(n for _, _, n in model.calls)
+    if scored != 300:
+        return _say(False, f"the model saw {scored} images, the loader holds 300 (batches of 128, 128 and 44): "
+                           "score every batch, the small last one too.")
+    if math.isclose(value, truth, abs_tol=1e-6):
+        return _say(True, f"{value:.4f} = {correct} correct / 300 images, in eval mode without autograd. Counting "
+                          "images (not averaging the batches' accuracies) keeps the small last batch from weighing "
+                          "as much as a full one.")
+    if math.isclose(value, truth * 100, abs_tol=1e-4):
+        return _say(False, f"{value:g} is a percentage; return a fraction between 0 and 1.")
+    if math.isclose(value, batch_mean, abs_tol=1e-6):
+        return _say(False, f"{value:.4f} is the mean of the 3 batches' accuracies, but the last batch holds 44 "
+                           "images, not 128: add up the correct predictions and the images over all batches, then "
+                           "divide once.")
+    if math.isclose(value, correct, abs_tol=1e-6):
+        return _say(False, f"{value:g} is the number of correct predictions; divide by the number of images.")
+    return _say(False, f"evaluate returned {value:.4f}, the accuracy is {truth:.4f}. Hint: sum of "
+                       "(model(X).argmax(1) == y) over the batches / number of images.")
+
+
 
 # -------------------------------------------------------------------------------------- 03 dataloader tuning
 LOADER_TABLE = {0: 2_100, 1: 3_900, 2: 6_100, 4: 6_300, 8: 5_200}  # num_workers -> measured loader img/s
@@ -210,6 +292,133 @@ def check_last_batch_size(answer) -> Feedback:
         return _say(False, "0 would mean drop_last=True dropped it; here drop_last=False keeps the remainder.")
     return _say(False, f"{value:g} is not it. Hint: 10,000 % 128.")
 
+LOADER_TARGET = 3.0  # 03-3: the learner's loader must deliver this many times the baseline's images/s
+
+
+class MnistLike:
+    """03-3's dataset: as torchvision's MNIST, uint8 images in ``.data`` and labels in ``.targets``, and a
+    ``__getitem__`` that turns one image into a PIL image and applies ``ToTensor`` and the article's ``Normalize``.
+    Its ``n`` images are random pixels, and its label is the image's index, so that the check can tell which images
+    a batch holds."""
+
+    def __init__(self, n: int = 2_048):
+        import torch
+        from torchvision import transforms
+
+        self.data = torch.randint(0, 256, (n, 28, 28), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+        self.targets = torch.arange(n)
+        self.transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        return self.transform(Image.fromarray(self.data[i].numpy(), mode="L")), int(self.targets[i])
+
+    def normalized(self):
+        """Every image as the transform makes it, (n, 1, 28, 28) float32: what each batch must hold."""
+        return self.data.float().div(255).sub(0.1307).div(0.3081).unsqueeze(1)
+
+
+def _epoch_labels(loader, expected, epoch: int) -> tuple[list | None, list[int], str | None]:
+    """(labels in the order delivered, batch sizes, None) for epoch ``epoch`` of ``loader`` (its ``set_epoch``
+    called first, if it has one), or (None, [], why not). ``expected``: every image, normalised."""
+    import torch
+
+    labels, sizes = [], []
+    try:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        for batch in loader:
+            if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+                return None, [], f"a batch is a {type(batch).__name__}, not a pair (X, y)"
+            X, y = batch
+            if tuple(X.shape[1:]) != (1, 28, 28) or len(X) != len(y):
+                return None, [], f"a batch has X of shape {tuple(X.shape)} and {len(y)} labels"
+            y = torch.as_tensor(y)
+            if not torch.allclose(X.float(), expected[y], atol=1e-5):
+                return None, [], ("a batch's images are not the dataset's, normalised as its transform does "
+                                  "((pixels / 255 - 0.1307) / 0.3081), for its labels")
+            labels += y.tolist()
+            sizes.append(len(y))
+    except Exception as e:  # noqa: BLE001 - the learner's loader
+        return None, [], f"iterating it raised {type(e).__name__}: {e}"
+    return labels, sizes, None
+
+
+def _loader_speedup(make_loader, dataset, batch_size: int, rounds: int = 3) -> tuple[float, float, float]:
+    """(median of the rounds' speedups, baseline seconds, yours seconds) of one epoch each: the baseline
+    ``DataLoader(dataset, batch_size, shuffle=True)`` and the learner's loader, timed in alternation in this process
+    (each round: one epoch of each, in turn), so that both meet the same load on a busy machine."""
+    import statistics
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader
+
+    def epoch(loader) -> float:
+        t = time.perf_counter()
+        for X, y in loader:  # noqa: B007 - only the delivery is timed
+            pass
+        return time.perf_counter() - t
+
+    baseline, yours = DataLoader(dataset, batch_size=batch_size, shuffle=True), make_loader(dataset, batch_size)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # both in one thread: on a busy machine torch's thread pool stalls small batched ops
+    try:
+        epoch(baseline), epoch(yours)  # warm-up: first-touch costs, lazy imports
+        pairs = [(epoch(baseline), epoch(yours)) for _ in range(rounds)]
+    finally:
+        torch.set_num_threads(threads)
+    return (statistics.median(b / y for b, y in pairs), statistics.median(b for b, _ in pairs),
+            statistics.median(y for _, y in pairs))
+
+
+def check_fast_loader(answer) -> Feedback:
+    """03-3: ``make_loader(dataset, batch_size)`` for a ``MnistLike`` dataset that delivers its images normalised,
+    every image once per epoch, shuffled anew, in batches of ``batch_size``, at >= LOADER_TARGET x the images/s of
+    ``DataLoader(dataset, batch_size, shuffle=True)``, both measured here and now."""
+    if not callable(answer):
+        return _say(False, f"expected your function `make_loader` itself (answer = make_loader), got "
+                           f"{type(answer).__name__}.")
+    dataset, batch_size = MnistLike(), 128
+    n, expected = len(dataset), dataset.normalized()
+    loader, error = _call(answer, dataset, batch_size)
+    if error is not None:
+        return _say(False, f"make_loader(dataset, 128) raised {error}")
+    first, sizes, why = _epoch_labels(loader, expected, 0)
+    if why is None:
+        second, _, why = _epoch_labels(loader, expected, 1)
+    if why is not None:
+        return _say(False, f"your loader does not deliver (X, y) batches of the dataset: {why}.")
+    if any(s > batch_size for s in sizes) or any(s != batch_size for s in sizes[:-1]):
+        return _say(False, f"batches of {sorted(set(sizes))} images: every batch but the last should hold "
+                           "batch_size = 128.")
+    if sorted(first) != list(range(n)):
+        missing = n - len(set(first))
+        return _say(False, f"one epoch delivered {len(first):,} labels for {n:,} images ({missing:,} never): every "
+                           "image once per epoch (drop_last=False).")
+    if first == sorted(first):
+        return _say(False, "the images come in the dataset's order: shuffle them (a torch.randperm of the "
+                           "indices, sliced into batches).")
+    if first == second:
+        return _say(False, "two epochs came in the same order (the check calls set_epoch(epoch) first if your "
+                           "loader has one): draw a new permutation for every epoch.")
+    speedup, base_s, yours_s = _loader_speedup(answer, dataset, batch_size)
+    rates = (f"{n / base_s:,.0f} img/s for DataLoader(dataset, batch_size=128, shuffle=True), {n / yours_s:,.0f} "
+             f"img/s for yours ({speedup:.1f}x, the median of 3 alternating rounds on this machine)")
+    if speedup < LOADER_TARGET:
+        return _say(False, f"{rates}; the target is {LOADER_TARGET:g}x. This dataset, like torchvision's MNIST, makes "
+                           "each image a PIL image and applies ToTensor and Normalize one image at a time; worker "
+                           "processes only share that work out over the cores. Build each batch at once from "
+                           "dataset.data and dataset.targets with one index (section 1's alternative).")
+    return _say(True, f"{rates}: every image once per epoch, a new order each epoch. One index and one "
+                      "normalisation per batch replace 128 calls of __getitem__ (PIL, ToTensor, Normalize) and a "
+                      "torch.stack.")
+
+
 
 # ---------------------------------------------------------------------------------- 04 batch size and LR
 def check_linear_scaled_lr(answer) -> Feedback:
@@ -239,6 +448,64 @@ def check_sqrt_scaled_lr(answer) -> Feedback:
     if _close(value, 1e-3 * 512 / 128):
         return _say(False, "that is linear scaling (4x). Square-root scaling multiplies by sqrt(batch ratio).")
     return _say(False, f"{value:g} is not it. Hint: 1e-3 x math.sqrt(512 / 128).")
+
+WARMUP_CASE = dict(base_lr=0.1, base_batch=256, global_batch=1024, warmup_steps=100)  # 04-3
+
+
+def _lr_expected(step, base_lr, base_batch, global_batch, warmup_steps) -> float:
+    target = base_lr * global_batch / base_batch
+    if step >= warmup_steps:
+        return target
+    return base_lr + (target - base_lr) * step / warmup_steps
+
+
+def check_warmup_lr(answer) -> Feedback:
+    """04-3: ``lr_at(step, base_lr, base_batch, global_batch, warmup_steps)``: the linear scaling rule reached by a
+    linear warm-up from ``base_lr`` (Goyal et al. 2017; 04's ``scaled_lr`` and ``warmup_factor``), run on cases."""
+    if not callable(answer):
+        return _say(False, f"expected your function `lr_at` itself (answer = lr_at), got {type(answer).__name__}.")
+    c = WARMUP_CASE
+    args = (c["base_lr"], c["base_batch"], c["global_batch"], c["warmup_steps"])
+    target = _lr_expected(10**6, *args)
+    got = {}
+    for step in (0, 1, 50, 99, 100, 101, 1000):
+        value, error = _call(answer, step, *args)
+        if error is not None:
+            return _say(False, f"lr_at({step}, 0.1, 256, 1024, 100) raised {error}")
+        if _number(value, "the LR") is None:
+            return _say(False, f"lr_at({step}, 0.1, 256, 1024, 100) returned {value!r}; return the learning rate "
+                               "as a number.")
+        got[step] = _number(value, "the LR")
+    after = got[1000]
+    if not math.isclose(after, target, rel_tol=1e-9):
+        if math.isclose(after, c["base_lr"], rel_tol=1e-9):
+            return _say(False, f"after the warm-up your LR is the base LR {after:g}: with 4x the batch (1024 vs "
+                               "256) the linear rule takes 4x the LR.")
+        if math.isclose(after, c["base_lr"] * 2, rel_tol=1e-9):
+            return _say(False, f"after the warm-up your LR is {after:g}, square-root scaling; the linear rule "
+                               "multiplies by the batch ratio, 1024 / 256.")
+        return _say(False, f"after the warm-up (step 1000) your LR is {after:g}; the linear rule gives "
+                           f"0.1 x 1024 / 256 = {target:g}.")
+    if math.isclose(got[0], target, rel_tol=1e-9):
+        return _say(False, f"at step 0 your LR is already {target:g}: no warm-up. Start at the base LR and ramp "
+                           "up to the scaled one over warmup_steps steps.")
+    if math.isclose(got[0], 0.0, abs_tol=1e-12):
+        return _say(False, "at step 0 your LR is 0: Goyal et al. (and notebook 04's warmup_factor) ramp up from "
+                           "the base LR, the one that already suits base_batch, not from 0.")
+    wrong = [s for s in (0, 1, 50, 99, 100, 101) if not math.isclose(got[s], _lr_expected(s, *args), rel_tol=1e-9)]
+    if wrong:
+        s = wrong[0]
+        return _say(False, f"at step {s} your LR is {got[s]:g}, expected {_lr_expected(s, *args):g}: a straight "
+                           "line from base_lr at step 0 to the scaled LR at step warmup_steps, then flat.")
+    for case in ((0, 0.05, 128, 128, 10), (5, 0.05, 128, 512, 0)):
+        value, error = _call(answer, *case)
+        if error is not None or _number(value, "the LR") is None or not math.isclose(
+                _number(value, "the LR"), _lr_expected(*case), rel_tol=1e-9):
+            return _say(False, f"lr_at{case} gave {error or value!r}, expected {_lr_expected(*case):g}: with "
+                               "warmup_steps=0 there is no ramp, and at the base batch the LR stays the base LR.")
+    return _say(True, f"0.1 at step 0, {got[50]:g} half-way, {target:g} from step 100 on: k = 4x the batch, 4x the "
+                      "LR, reached gradually so that the first large steps do not blow up an untrained model.")
+
 
 
 # ------------------------------------------------------------------------- 05 mixed precision and memory
@@ -276,35 +543,90 @@ def check_adam_state_mib(answer) -> Feedback:
         return _say(False, "that is megabytes (10^6); MiB is 2**20 bytes.")
     return _say(False, f"{value:g} is not it. Hint: count_parameters(Net()) x 4 tensors x 4 bytes / 2**20.")
 
+def _accumulation_case(n: int, micro_batch: int):
+    """A small float64 model whose forward records each batch's size, a batch (X, y) of ``n`` images, and the
+    big-batch gradient (mean cross-entropy over all ``n``), the gradient with each micro-batch's mean loss divided
+    by the number of micro-batches, and the last micro-batch's gradient alone, each flattened."""
+    import torch
+    from torch import nn
+    import torch.nn.functional as F
+
+    class Probe(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Flatten(), nn.Linear(784, 16), nn.ReLU(), nn.Linear(16, 10)).double()
+            self.sizes = []
+
+        def forward(self, x):
+            self.sizes.append(len(x))
+            return self.net(x)
+
+    g = torch.Generator().manual_seed(n)
+    torch.manual_seed(0)
+    model = Probe()
+    X, y = torch.randn(n, 1, 28, 28, generator=g, dtype=torch.float64), torch.randint(0, 10, (n,), generator=g)
+
+    def grad_of(losses) -> torch.Tensor:
+        model.zero_grad(set_to_none=True)
+        sum(losses).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    chunks = list(zip(X.split(micro_batch), y.split(micro_batch)))
+    big = grad_of([F.cross_entropy(model.net(X), y)])
+    per_count = grad_of([F.cross_entropy(model.net(a), b) / len(chunks) for a, b in chunks])
+    last = grad_of([F.cross_entropy(model.net(chunks[-1][0]), chunks[-1][1])])
+    model.zero_grad(set_to_none=True)
+    return model, X, y, {"big": big, "per_count": per_count, "last": last, "k": len(chunks)}
+
+
+def check_accumulation_fn(answer) -> Feedback:
+    """05-3: ``accumulate(model, X, y, micro_batch)``: backward over micro-batches of at most ``micro_batch`` images
+    so that ``.grad`` holds the gradient of the mean cross-entropy over all of X; compared with the big batch's."""
+    import torch
+
+    if not callable(answer):
+        return _say(False, f"expected your function `accumulate` itself (answer = accumulate), got "
+                           f"{type(answer).__name__}.")
+    for n, micro_batch in ((96, 32), (100, 32)):
+        model, X, y, ref = _accumulation_case(n, micro_batch)
+        _, error = _call(answer, model, X, y, micro_batch)
+        if error is not None:
+            return _say(False, f"accumulate(model, X, y, {micro_batch}) raised {error}")
+        if any(p.grad is None for p in model.parameters()):
+            return _say(False, "after accumulate the parameters hold no gradient: call loss.backward() for every "
+                               "micro-batch (and no zero_grad at the end).")
+        if max(model.sizes, default=0) > micro_batch:
+            return _say(False, f"a forward pass took {max(model.sizes)} images at once; the point is to never run "
+                               f"more than micro_batch = {micro_batch} (X.split(micro_batch) gives the pieces).")
+        got = torch.cat([p.grad.flatten() for p in model.parameters()])
+        near = functools.partial(torch.allclose, rtol=1e-6, atol=1e-10)
+        if near(got, ref["big"]):
+            continue
+        k = ref["k"]
+        if near(got, k * ref["big"]) or near(got, k * ref["per_count"]):
+            return _say(False, f"your gradient is {k}x the big batch's: each backward adds its micro-batch's "
+                               f"gradient to .grad, so divide each micro-batch's loss by the number of "
+                               f"micro-batches ({k}) before backward().")
+        if near(got, ref["last"]) or near(got, ref["last"] / k):
+            return _say(False, "only the last micro-batch's gradient is left in .grad: did you call zero_grad() "
+                               "inside the loop? Gradients must add up over the micro-batches.")
+        if near(got, ref["per_count"]):
+            return _say(False, f"right for equal micro-batches, but {n} images in micro-batches of {micro_batch} "
+                               f"leave {n % micro_batch} in the last: weight each micro-batch's mean loss by its "
+                               "share of the images, len(xb) / len(X), instead of 1 / number of micro-batches.")
+        rel = float((got - ref["big"]).norm() / ref["big"].norm())
+        return _say(False, f"with {n} images in micro-batches of {micro_batch} your gradient differs from the big "
+                           f"batch's by {rel:.1%} (relative norm). Hint: for each micro-batch (xb, yb): "
+                           "(F.cross_entropy(model(xb), yb) * len(xb) / len(X)).backward().")
+    return _say(True, "your gradients equal the big batch's (to float64 rounding) for 96 images in 3 micro-batches "
+                      "and for 100 images in 4 uneven ones: weighting each micro-batch's mean loss by its share of "
+                      "the images makes the sum the big batch's mean. Memory holds one micro-batch's activations.")
+
+
 
 # ---------------------------------------------------------------------------------------- 06 DDP fundamentals
-# The workers of exercises 06-1 and 06-2: short DDP scripts with one bug each. The learner fixes the text; the check
-# writes it to a file and launches it with torchrun on 2 CPU processes (gloo), as notebook 06 launches train_ddp.py.
-BUGGY_SAMPLER_WORKER = '''import argparse
-import json
-
-import torch.distributed as dist
-from torch.utils.data import DataLoader
-from torch.utils.data.distributed import DistributedSampler
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--out")
-args = parser.parse_args()
-dist.init_process_group("gloo")
-dataset = list(range(100))
-sampler = DistributedSampler(dataset, shuffle=True, seed=0)
-loader = DataLoader(dataset, batch_size=10, sampler=sampler)
-first_batches = []
-for epoch in range(3):
-    first_batches.append([int(i) for i in next(iter(loader))])  # this epoch's first batch
-per_rank = [None] * dist.get_world_size()
-dist.all_gather_object(per_rank, first_batches)
-if dist.get_rank() == 0:
-    json.dump(per_rank, open(args.out, "w"))
-dist.barrier()
-dist.destroy_process_group()
-'''
-
+# The worker of exercise 06-2: a short DDP script with one bug. The learner fixes the text; the check writes it
+# to a file and launches it with torchrun on 2 CPU processes (gloo), as notebook 06 launches train_ddp.py.
 BUGGY_LOCAL_RANK_WORKER = '''import argparse
 import json
 
@@ -371,6 +693,95 @@ dist.destroy_process_group()
 _EXERCISE_SCRIPTS = Path(__file__).resolve().parent / "workers" / "exercises"
 FT_STARTER, FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_starter.py"), str(_EXERCISE_SCRIPTS / "ft_solution.py")
 
+
+# 06-1 and 08-3: starters the learner copies into the notebook's work/ folder and completes, with a solution each, as
+# real files (mnist_helpers/workers/exercises/). Each writes its facts per process into --report (a REPORT block the
+# learner leaves alone); the check launches it with torchrun on 2 CPU processes (gloo) and reads them.
+DDP_STARTER, DDP_SOLUTION = str(_EXERCISE_SCRIPTS / "ddp_starter.py"), str(_EXERCISE_SCRIPTS / "ddp_solution.py")
+HANG_STARTER, HANG_SOLUTION = str(_EXERCISE_SCRIPTS / "hang_starter.py"), str(_EXERCISE_SCRIPTS / "hang_solution.py")
+DDP_CHECK_ARGS = {"epochs": 2, "subset": 250, "test_images": 101, "batch_size": 32}  # 06-1: tiny, odd test count
+
+
+def _launch_reporting(text: str, args: list, timeout: float = 180) -> tuple[list | None, str | None]:
+    """Launch a learner's script (its text) with torchrun on 2 CPU processes with ``--report DIR``; (each process's
+    facts, sorted by rank, None) or (None, the failing rank's error, or "timed out ..." after ``timeout`` s)."""
+    import json
+    import tempfile
+
+    from mnist_helpers.launch import LaunchError, torchrun
+
+    with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
+        script, report = Path(tmp) / "exercise.py", Path(tmp) / "report"
+        script.write_text(text)
+        try:
+            torchrun(str(script), [*args, "--report", report], nproc=2, device="cpu", echo=False, timeout=timeout,
+                     provision=False, threads_per_proc=1)
+        except LaunchError as e:
+            return None, e.root_cause or str(e)
+        facts = [json.loads(p.read_text()) for p in sorted(report.glob("rank*.json"))]
+    return sorted(facts, key=lambda f: f.get("rank", 0)), None
+
+
+def _run_ddp_exercise(text: str) -> tuple[list | None, str | None]:
+    a = DDP_CHECK_ARGS
+    return _launch_reporting(text, ["--epochs", a["epochs"], "--subset", a["subset"], "--test-images",
+                                    a["test_images"], "--batch-size", a["batch_size"], "--device", "cpu"])
+
+
+def check_ddp_script(answer) -> Feedback:
+    """06-1: ``ddp_starter.py`` (a single-device script) turned into a DDP script; launched on 2 processes: disjoint
+    shards that cover the training images, a new order each epoch, identical final weights, every test image
+    counted once."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the path of your script (\"work/ddp_exercise.py\"), got {type(answer).__name__}.")
+    facts, error = _run_ddp_exercise(text)
+    if error is not None:
+        hint = ""
+        if "process group has not been initialized" in error:
+            hint = "\nHint: call dist.init_process_group(...) before the DistributedSampler and DDP need it."
+        elif "mutually exclusive with shuffle" in error:
+            hint = "\nHint: drop shuffle=True from the DataLoader: the DistributedSampler shuffles."
+        return _say(False, f"your script failed under torchrun with 2 processes:\n{error}{hint}")
+    if len(facts) != 2 or any(len(f.get("seen", [])) != DDP_CHECK_ARGS["epochs"] for f in facts):
+        return _say(False, f"the script ran but {len(facts)} of its 2 processes wrote a report with 2 epochs: keep "
+                           "the REPORT block (and the seen list) as the starter has them.")
+    n, n_test = DDP_CHECK_ARGS["subset"], DDP_CHECK_ARGS["test_images"]
+    shard0, shard1 = (set(f["seen"][0]) for f in facts)
+    if shard0 == shard1:
+        return _say(False, f"rank 1 saw the same images as rank 0 ({len(shard0)} each, in epoch 0): did you pass "
+                           "the sampler to the DataLoader (DataLoader(..., sampler=DistributedSampler(train_set)))?")
+    if shard0 & shard1:
+        return _say(False, f"rank 0 and rank 1 both trained on {len(shard0 & shard1)} of the same images in epoch 0: "
+                           "give every rank's DistributedSampler the same seed (it splits one shuffled order "
+                           "between the ranks) and let it read rank and world size from the process group.")
+    if len(shard0 | shard1) < n:
+        return _say(False, f"{n - len(shard0 | shard1)} of the {n} training images were trained on by no rank in "
+                           "epoch 0: keep drop_last=False, and every batch of each rank's shard.")
+    if facts[0]["seen"][0] == facts[0]["seen"][1]:
+        return _say(False, "rank 0 drew the same order in both epochs: call sampler.set_epoch(epoch) at the start "
+                           "of every epoch (the sampler shuffles with seed + epoch).")
+    if facts[0]["digest"] != facts[1]["digest"]:
+        return _say(False, f"each rank trained on its own shard, but they ended with different weights "
+                           f"({facts[0]['digest']} and {facts[1]['digest']}): wrap the model in DDP(...), so that "
+                           "backward() averages the gradients of the ranks and every replica takes the same step.")
+    counts = [f["count"] for f in facts]
+    if sum(counts) == n_test and counts[0] != n_test:
+        return _say(False, f"each rank counted only its own test images ({counts[0]} and {counts[1]} of {n_test}): "
+                           "sum correct and count over the ranks with dist.all_reduce before printing the accuracy.")
+    if any(c > n_test for c in counts):
+        return _say(False, f"{max(counts)} test images counted for {n_test}: some twice. A DistributedSampler pads "
+                           "the test set to a multiple of the world size; split it exactly (X[rank::world_size]) "
+                           "and all_reduce the counts.")
+    if any(c != n_test for c in counts) or facts[0]["correct"] != facts[1]["correct"]:
+        return _say(False, f"the ranks report {counts} test images and {[f['correct'] for f in facts]} correct; "
+                           f"every rank should report all {n_test}, counted once over the ranks.")
+    return _say(True, f"launched on 2 processes: rank 0 trained on {len(shard0)} images and rank 1 on the other "
+                      f"{len(shard1)}, in a new order each epoch; both ended with weights {facts[0]['digest']}; "
+                      f"{facts[0]['correct']} of {n_test} test images right, each counted once. That is the whole "
+                      "of DDP: a process group, a shard per rank, averaged gradients, and exact totals.")
+
+
 def _launch_script(text: str, nproc: int = 2):
     """Run a worker's text under torchrun on ``nproc`` CPU processes; (its JSON, None) or (None, the error)."""
     import tempfile
@@ -398,31 +809,6 @@ def _script_text(answer) -> str | None:
     if "\n" not in text and text.endswith(".py") and Path(text).is_file():
         return Path(text).read_text()
     return text
-
-
-def check_set_epoch_fix(answer) -> Feedback:
-    """06-1: ``BUGGY_SAMPLER_WORKER`` fixed so that every epoch is shuffled anew; launched on 2 processes."""
-    text = _script_text(answer)
-    if text is None:
-        return _say(False, f"expected the fixed script as a string (or a path to it), got {type(answer).__name__}.")
-    got, error = _launch_script(text)
-    if error is not None:
-        return _say(False, f"the script failed under torchrun with 2 processes:\n{error}")
-    if not isinstance(got, list) or len(got) != 2:
-        return _say(False, "the script ran but did not write each rank's first batches to --out (keep the last lines).")
-    same_epochs = [r for r, epochs in enumerate(got) if len({tuple(e) for e in epochs}) < len(epochs)]
-    overlap = any(set(got[0][e]) & set(got[1][e]) for e in range(len(got[0])))
-    if same_epochs:
-        hint = ("set_epoch(epoch) must be called with the loop's epoch, before the epoch's first batch"
-                if "set_epoch" in text else "which sampler call changes its shuffle from one epoch to the next?")
-        return _say(False, f"rank(s) {same_epochs} still began two epochs with the same batch: {got[same_epochs[0]]}. "
-                           + hint)
-    if overlap:
-        return _say(False, "every epoch now differs, but the two ranks drew the same images: each rank must keep "
-                           "its own DistributedSampler shard.")
-    return _say(True, f"launched on 2 processes: each rank began its 3 epochs with different batches (rank 0: "
-                      f"{[e[:3] for e in got[0]]}...) and the ranks never overlapped. The sampler shuffles with "
-                      "seed + epoch, so without set_epoch every epoch replays epoch 0's order.")
 
 
 def check_local_rank_fix(answer) -> Feedback:
@@ -622,6 +1008,46 @@ def check_detached_total(answer) -> Feedback:
     return _say(True, f"a plain float ({answer:.4f}): `.item()` copies the number out and lets each step's graph be "
                       "freed. With `total += loss` memory grows every step until out of memory.")
 
+HANG_TIMEOUT = 8  # 08-3: seconds a collective may wait in the learner's script (its --timeout) before it fails
+
+
+def _run_hang_exercise(text: str) -> tuple[list | None, str | None]:
+    # the script's own --timeout turns a hang into an error after HANG_TIMEOUT s; the launch's timeout is the guard
+    # for a script whose process group ignores it
+    return _launch_reporting(text, ["--steps", 5, "--timeout", HANG_TIMEOUT], timeout=90)
+
+
+def check_hang_fix(answer) -> Feedback:
+    """08-3: ``hang_starter.py`` (rank 0 alone calls the log line's all_reduce) fixed; launched on 2 processes under a
+    short timeout: it must finish, and rank 0 must log the loss averaged over the ranks."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the path of your script (\"work/hang_exercise.py\"), got {type(answer).__name__}.")
+    facts, error = _run_hang_exercise(text)
+    if error is not None and "timed out" in error.lower():
+        return _say(False, f"it still hangs: a rank waited {HANG_TIMEOUT} s in a collective that the other rank "
+                           "never called. Every rank must call every collective, in the same order; only the print "
+                           f"belongs under `if rank == 0`.\n{error.strip().splitlines()[-1][:300]}")
+    if error is not None:
+        return _say(False, f"your script failed under torchrun with 2 processes:\n{error}")
+    if len(facts) != 2:
+        return _say(False, f"the script finished but {len(facts)} of its 2 processes wrote a report: keep the REPORT "
+                           "block as the starter has it.")
+    losses, logged = [f["loss"] for f in facts], facts[0]["logged"]
+    mean = sum(losses) / 2
+    if math.isclose(logged, mean, rel_tol=1e-5):
+        return _say(True, f"both ranks finished, and rank 0 logs {logged:.4f}, the mean of the ranks' losses "
+                          f"({losses[0]:.4f}, {losses[1]:.4f}): the all_reduce is called by every rank, the print by "
+                          "rank 0 only.")
+    if math.isclose(logged, losses[0], rel_tol=1e-5):
+        return _say(False, f"it no longer hangs, but rank 0 logs its own loss ({logged:.4f}), not the mean over the "
+                           f"ranks ({mean:.4f}): keep the all_reduce, and call it on every rank.")
+    if math.isclose(logged, 2 * mean, rel_tol=1e-5):
+        return _say(False, f"it finishes, but rank 0 logs {logged:.4f}, the sum of the 2 ranks' losses: divide by "
+                           "world_size after the all_reduce.")
+    return _say(False, f"it finishes, but rank 0 logs {logged:.4f}; the mean of the ranks' losses is {mean:.4f}.")
+
+
 
 # ----------------------------------------------------------------------------- 09 profiling and autotune
 STEP_PROFILE_MS = {"data": 12.0, "forward": 9.0, "backward": 17.0, "all-reduce": 8.0, "optimizer": 4.0}
@@ -808,6 +1234,22 @@ EXERCISES: list[Exercise] = [
         "check_accuracy_from_confusion", "print(CONFUSION)\nanswer = ...  # a fraction between 0 and 1",
         "correct = sum(CONFUSION[i][i] for i in range(len(CONFUSION)))\n"
         "answer = correct / sum(sum(row) for row in CONFUSION)", extra_import=", CONFUSION"),
+    _ex("02-3", "Write the evaluation",
+        "Write `evaluate(model, loader)`: the fraction of the loader's images that `model` classifies right, as the "
+        "article's `test()` of section 1 counts them. The check runs it on a model with dropout and a loader of 300 "
+        "images in batches of 128 (the last one holds 44), and says what it saw: the model's mode, autograd, the "
+        "images scored, the value.",
+        "check_evaluate_fn",
+        "import torch\n\n\ndef evaluate(model, loader):\n"
+        "    \"\"\"The fraction of the loader's images that model classifies right.\"\"\"\n"
+        "    ...  # your code\n\n\nanswer = ...  # evaluate, once written",
+        "import torch\n\n\ndef evaluate(model, loader):\n"
+        "    \"\"\"The fraction of the loader's images that model classifies right.\"\"\"\n"
+        "    model.eval()  # dropout off, BatchNorm on its running statistics\n"
+        "    correct = total = 0\n    with torch.no_grad():  # no graph for a backward that never comes\n"
+        "        for X, y in loader:\n            correct += (model(X).argmax(1) == y).sum().item()\n"
+        "            total += len(y)  # count images: the last batch is smaller\n"
+        "    return correct / total\n\n\nanswer = evaluate"),
     _ex("03-1", "Pick num_workers from a measured table",
         "`LOADER_TABLE` maps `num_workers` to a measured loader throughput (img/s). Each worker is a process with its "
         "own memory, so pick the **smallest** `num_workers` within 5% of the fastest. Compute it from the table.",
@@ -818,6 +1260,31 @@ EXERCISES: list[Exercise] = [
         "Evaluating 10,000 test images with `batch_size=128` and `drop_last=False`: how many images are in the last "
         "batch?",
         "check_last_batch_size", "answer = ...  # images in the last batch", "answer = 10_000 % 128"),
+    _ex("03-3", "A loader that beats the article's",
+        "`make_loader(dataset, batch_size)` below returns the article's loader over `dataset`, which works like "
+        "torchvision's `MNIST`: uint8 images in `dataset.data`, labels in `dataset.targets`, and a `__getitem__` "
+        "that runs PIL, `ToTensor` and `Normalize` on one image. Change it so that it delivers the same thing "
+        "(batches `(X, y)` of `batch_size` normalised images, every image once per epoch, a new order each epoch) "
+        "at least 3x as fast. The check measures your loader against `DataLoader(dataset, batch_size=128, "
+        "shuffle=True)` on this machine, in alternating rounds, and judges the ratio.",
+        "check_fast_loader",
+        "from torch.utils.data import DataLoader\n\n\n"
+        "def make_loader(dataset, batch_size):\n"
+        "    return DataLoader(dataset, batch_size=batch_size, shuffle=True)  # the baseline: make it 3x as fast\n\n\n"
+        "answer = ...  # make_loader, once changed",
+        "import torch\n\n\n"
+        "class Batches:\n"
+        "    \"\"\"Section 1's alternative: a batch is one index into the uint8 images and one normalisation.\"\"\"\n\n"
+        "    def __init__(self, X_uint8, y, batch_size):\n"
+        "        self.X, self.y, self.batch_size = X_uint8, y, batch_size\n\n"
+        "    def __iter__(self):\n"
+        "        order = torch.randperm(len(self.X))  # a new order every epoch\n"
+        "        for start in range(0, len(order), self.batch_size):\n"
+        "            idx = order[start:start + self.batch_size]\n"
+        "            yield self.X[idx].float().div_(255).sub_(0.1307).div_(0.3081).unsqueeze(1), self.y[idx]\n\n\n"
+        "def make_loader(dataset, batch_size):\n"
+        "    return Batches(dataset.data, dataset.targets, batch_size)\n\n\n"
+        "answer = make_loader"),
     _ex("04-1", "The linear scaling rule",
         "SGD trains well with `lr=0.1` at a global batch of 256. By the linear scaling rule, what LR goes with a global "
         "batch of 1024?",
@@ -826,6 +1293,19 @@ EXERCISES: list[Exercise] = [
         "Adam trains well with `lr=1e-3` at batch 128. With square-root scaling, what LR goes with batch 512?",
         "check_sqrt_scaled_lr", "import math\n\nanswer = ...  # the new learning rate",
         "import math\n\nanswer = 1e-3 * math.sqrt(512 / 128)"),
+    _ex("04-3", "Write the warm-up schedule",
+        "Write `lr_at(step, base_lr, base_batch, global_batch, warmup_steps)`: the learning rate at optimizer step "
+        "`step` (0 is the first) under the linear scaling rule, reached by a linear warm-up: `base_lr` at step 0, "
+        "rising in a straight line to `base_lr x global_batch / base_batch` at step `warmup_steps`, flat after "
+        "(Goyal et al. 2017; this notebook's `scaled_lr` and `warmup_factor`). The check runs it on cases.",
+        "check_warmup_lr",
+        "def lr_at(step, base_lr, base_batch, global_batch, warmup_steps):\n"
+        "    ...  # your code\n\n\nanswer = ...  # lr_at, once written",
+        "def lr_at(step, base_lr, base_batch, global_batch, warmup_steps):\n"
+        "    target = base_lr * global_batch / base_batch  # the linear scaling rule\n"
+        "    if step >= warmup_steps:\n        return target\n"
+        "    return base_lr + (target - base_lr) * step / warmup_steps  # a straight line from base_lr\n\n\n"
+        "answer = lr_at"),
     _ex("05-1", "Gradient accumulation",
         "You want a global batch of 512, only 64 images fit in memory per micro-batch, and you run 2 processes. "
         "What `grad_accum` (micro-batches per optimizer step) do you need?",
@@ -838,15 +1318,36 @@ EXERCISES: list[Exercise] = [
         "from mnist_helpers.models import Net, count_parameters\n\nanswer = ...  # MiB (2**20 bytes)",
         "from mnist_helpers.models import Net, count_parameters\n\n"
         "answer = count_parameters(Net()) * 4 * 4 / 2**20  # 4 tensors x 4 bytes per parameter"),
-    _ex("06-1", "Fix a DDP worker: the same order every epoch",
-        "`BUGGY_SAMPLER_WORKER` (print it) is a complete DDP script whose ranks draw the same first batch in every "
-        "epoch. Fix its text so that every epoch is shuffled anew; the check launches your script with torchrun on "
-        "2 processes and compares each rank's first batches.",
-        "check_set_epoch_fix",
-        "print(BUGGY_SAMPLER_WORKER)\nanswer = ...  # the fixed script, e.g. BUGGY_SAMPLER_WORKER.replace(old, new)",
-        "answer = BUGGY_SAMPLER_WORKER.replace(\"for epoch in range(3):\\n\",\n"
-        "                                      \"for epoch in range(3):\\n    sampler.set_epoch(epoch)\\n\")",
-        extra_import=", BUGGY_SAMPLER_WORKER"),
+    _ex("05-3", "Write the accumulation loop",
+        "Write `accumulate(model, X, y, micro_batch)`: forward and backward over pieces of at most `micro_batch` "
+        "images of `(X, y)`, so that afterwards each parameter's `.grad` holds the gradient of "
+        "`F.cross_entropy(model(X), y)`, the mean over *all* of X (the gradients start at zero; no optimizer step). "
+        "The check compares your gradients with the big batch's, for an even and an uneven split.",
+        "check_accumulation_fn",
+        "import torch.nn.functional as F\n\n\ndef accumulate(model, X, y, micro_batch):\n"
+        "    ...  # your code\n\n\nanswer = ...  # accumulate, once written",
+        "import torch.nn.functional as F\n\n\ndef accumulate(model, X, y, micro_batch):\n"
+        "    for xb, yb in zip(X.split(micro_batch), y.split(micro_batch)):\n"
+        "        loss = F.cross_entropy(model(xb), yb) * len(xb) / len(X)  # this micro-batch's share of the mean\n"
+        "        loss.backward()  # adds its gradient to .grad\n\n\nanswer = accumulate"),
+    _ex("06-1", "Turn a single-device script into a DDP script",
+        "`DDP_STARTER` is a single-device training script like section 1's. The cell copies it to "
+        "`work/ddp_exercise.py`; turn that copy into a DDP script that torchrun launches on several processes (try "
+        "it without looking at section 2): the process group, a `DistributedSampler` under the `DataLoader`, "
+        "`DDP(...)`, `set_epoch`, an evaluation that counts every test image once, one rank printing. Leave its "
+        "REPORT block as it is. The check launches your script on 2 processes and compares what each trained on, "
+        "its final weights and its test count (about half a minute).",
+        "check_ddp_script",
+        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
+        "if Path(\"work\").is_dir() and not Path(\"work/ddp_exercise.py\").exists():\n"
+        "    shutil.copy(DDP_STARTER, \"work/ddp_exercise.py\")\n"
+        "answer = ...  # \"work/ddp_exercise.py\" once it is a DDP script",
+        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
+        "print(\"\".join(difflib.unified_diff(Path(DDP_STARTER).read_text().splitlines(True),\n"
+        "                                   Path(DDP_SOLUTION).read_text().splitlines(True),\n"
+        "                                   \"ddp_starter.py\", \"ddp_solution.py\")))\n"
+        "answer = DDP_SOLUTION",
+        extra_import=", DDP_SOLUTION, DDP_STARTER"),
     _ex("06-2", "Fix a DDP worker: both processes on GPU 0",
         "`BUGGY_LOCAL_RANK_WORKER` reads its GPU index the article's way, from an argparse `--local_rank`. Under "
         "torchrun both processes pick `cuda:0`. Fix the text (no GPU is needed: the script only names the device); "
@@ -902,6 +1403,23 @@ EXERCISES: list[Exercise] = [
         "import torch\n\nmodel, X, y = torch.nn.Linear(4, 3), torch.randn(8, 4), torch.tensor([0, 1, 2, 0, 1, 2, 0, 1])\n"
         "total = 0.0\nfor _ in range(3):\n    loss = torch.nn.functional.cross_entropy(model(X), y)\n"
         "    total += loss.item()\nanswer = total"),
+    _ex("08-3", "Fix a hang",
+        "`HANG_STARTER` trains a small DDP model and logs its final loss averaged over the ranks, but it never "
+        "ends: one collective is called by rank 0 alone (section 4). The cell copies it to `work/hang_exercise.py`; "
+        "fix it there. The check launches it on 2 processes with `--timeout 8` (its process group's timeout, so that "
+        "a hang becomes an error after 8 s) and checks that both ranks finish and that rank 0 logs the mean of the "
+        "ranks' losses.",
+        "check_hang_fix",
+        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
+        "if Path(\"work\").is_dir() and not Path(\"work/hang_exercise.py\").exists():\n"
+        "    shutil.copy(HANG_STARTER, \"work/hang_exercise.py\")\n"
+        "answer = ...  # \"work/hang_exercise.py\" once fixed",
+        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
+        "print(\"\".join(difflib.unified_diff(Path(HANG_STARTER).read_text().splitlines(True),\n"
+        "                                   Path(HANG_SOLUTION).read_text().splitlines(True),\n"
+        "                                   \"hang_starter.py\", \"hang_solution.py\")))\n"
+        "answer = HANG_SOLUTION",
+        extra_import=", HANG_SOLUTION, HANG_STARTER"),
     _ex("09-1", "Reading a profile",
         "`STEP_PROFILE_MS` holds the milliseconds one training step spends in each phase. What fraction of the "
         "step is spent waiting for data?",

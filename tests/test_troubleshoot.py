@@ -221,10 +221,14 @@ def test_notebook_shows_each_bug_as_code():
         assert f"ts.error_excerpt({rec}" in code, f"08 does not print the real message of {rec}"
 
 
-def test_error_excerpt_prints_the_failing_ranks_last_lines():
+def test_error_excerpt_prints_the_message_lines():
     rec = ts.Repro("demo", "RuntimeError: Timed out", "", "", True,
-                   {"root_cause": "Traceback (most recent call last):\n  File x\n\nRuntimeError: Timed out waiting",
-                    "failing_rank": 0})
-    out = ts.error_excerpt(rec, lines=2)
-    assert out.splitlines()[0] == "what rank 0 printed (last 2 lines):" and out.endswith("RuntimeError: Timed out waiting")
-    assert "the broken run" in ts.error_excerpt(ts.Repro("d", "", "", "", True, {"bug_output": "error: x"}))
+                   {"root_cause": "RuntimeError: [x.cc:78] Timed out waiting 3000ms\n  File \"y.py\", line 3, in f\n"
+                                  "    work.wait()", "failing_rank": 0})
+    out = ts.error_excerpt(rec).splitlines()
+    assert out == ["the real message (rank 0):", "    RuntimeError: [x.cc:78] Timed out waiting 3000ms"]
+    plain = ts.Repro("d", "", "", "", True, {"bug_output": "usage: x\nlocal_rank.py: error: unrecognized arguments: "
+                                                           "--local-rank=0\n"})
+    message = "    local_rank.py: error: unrecognized arguments: --local-rank=0"
+    assert ts.error_excerpt(plain).splitlines()[1:] == [message]
+    assert ts.error_excerpt(ts.Repro("d", "", "", "", True, {"bug_output": "a\nb"})).endswith("    a\n    b")

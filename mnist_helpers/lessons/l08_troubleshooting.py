@@ -18,6 +18,12 @@ programs are ``mnist_helpers/workers/bugs/*.py``; each docstring gives the comma
 terminal. Each torchrun launch starts Python and imports torch in every process: several seconds on a small
 CPU, so the functions keep process counts and timeouts small.
 
+**The bugs as code.** Each bug worker marks its broken lines with the comments ``# [bug]`` ... ``# [/bug]`` and
+each fix ``# [fix]`` ... ``# [/fix]`` (``fix:all``, ...); the fixed runs execute the fix lines. The notebook shows
+them: :func:`bug_code` (the lines, with the file and line numbers), :func:`error_excerpt` (the real message
+of the broken run, from its record), :func:`fix_diff` (the edit from the bug lines to a fix) and
+:func:`command_diff` (where the fix is the launch command: a fixed port, ``OMP_NUM_THREADS``).
+
 **The claims.** :func:`claims_08` turns the records into the claim entries ``claims.record`` writes (pure).
 
 **The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
@@ -242,14 +248,21 @@ def command_diff(before: str, after: str):
     return Code(f"- {before}\n+ {after}\n", language="diff")
 
 
-def error_excerpt(rec: Repro, lines: int = 6) -> str:
-    """The last lines of the real message the broken run printed (the failing rank's exception, as the launcher
-    extracted it; or the stderr of a plain subprocess), for the notebook to print under the record."""
+_MESSAGE = re.compile(r"(Error|Exception)\b[^:]*:|\berror: |did not receive grad|Timed out|EADDRINUSE")
+
+
+def error_excerpt(rec: Repro, lines: int = 4) -> str:
+    """The lines of the real message the broken run printed that say what went wrong (the exception lines of the
+    failing rank's traceback, as the launcher caught it, or of a plain subprocess's stderr), at most ``lines`` of
+    them, each once; the last lines of the output when none looks like a message."""
     d = rec.details
     text = d.get("root_cause") or d.get("bug_output") or ""
-    kept = [ln.rstrip()[:220] for ln in text.splitlines() if ln.strip()][-lines:]
+    found = [ln.strip() for ln in text.splitlines() if _MESSAGE.search(ln) and not ln.lstrip().startswith("File ")]
+    picked = list(dict.fromkeys(re.sub(r"^(\[(torchrun|rank \d+)\] )?(\[rank\d+\]: ?)?", "", ln)[:240]
+                                for ln in found))
+    picked = picked[:lines] or [ln.strip()[:240] for ln in text.splitlines() if ln.strip()][-lines:]
     who = f"rank {d['failing_rank']}" if d.get("failing_rank") is not None else "the broken run"
-    return f"what {who} printed (last {len(kept)} lines):\n" + "\n".join("    " + ln for ln in kept)
+    return f"the real message ({who}):\n" + "\n".join("    " + ln for ln in picked)
 
 
 # --------------------------------------------------------------------------- 1. Address already in use
@@ -755,7 +768,7 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
         "keep the flag",
         good.returncode == 0 and "local_rank from the environment" in good.stdout,
         {"bug_returncode": bad.returncode, "fixed_stdout": good.stdout.strip()[-400:],
-         "bug_output": (bad.stderr + bad.stdout)[-1500:], "fixed_returncode": good.returncode})
+         "bug_output": (bad.stderr + bad.stdout)[:3000], "fixed_returncode": good.returncode})  # argparse's first
 
 
 def omp_threads(nproc: int = 2, timeout: float = 120) -> Repro:

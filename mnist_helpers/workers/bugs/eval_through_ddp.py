@@ -25,8 +25,8 @@ Two fixes (``--fix``):
         -m mnist_helpers.workers.bugs.eval_through_ddp --fix all
 
 The broken lines and the fixes sit between ``# [bug]`` / ``# [fix]`` / ``# [fix:all]`` marker comments (notebook
-08 shows them and their diff). A model without buffers (``--model net``) does not hang: nothing to broadcast. That is why the bug hides until a
-BatchNorm layer appears.
+08 shows them and their diff). A model without buffers (``--model net``) does not hang: nothing to broadcast.
+That is why the bug hides until a BatchNorm layer appears.
 """
 from __future__ import annotations
 

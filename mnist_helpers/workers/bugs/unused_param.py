@@ -18,7 +18,8 @@ head that ``forward`` forgets to call. Fixes, each selected with ``--fix``:
         -m mnist_helpers.workers.bugs.unused_param --fix all --out r.json   # the fixes, timed
 
 The broken ``forward`` and the fixes sit between ``# [bug]`` / ``# [fix]`` / ``# [fix:other]`` marker comments
-(notebook 08 shows them and their diff). Data are random MNIST-shaped batches: the step cost does not depend on the pixel values.
+(notebook 08 shows them and their diff). Data are random MNIST-shaped batches: the step cost does not depend on
+the pixel values.
 """
 from __future__ import annotations
 
