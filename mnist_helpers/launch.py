@@ -342,26 +342,30 @@ def _finished_then_aborted(status, output: str, results: Path) -> tuple[list[int
     """(aborted ranks, results) when the run finished and its only failure is gloo's abort at interpreter exit.
 
     On torch 2.14.1 a gloo worker that has finished sometimes dies at interpreter shutdown with C++'s "terminate
-    called without an active exception" (SIGABRT): about 1 launch in 10 on a busy 2-core machine, with or without
-    ``dist.destroy_process_group()``. Rank 0 writes ``--out`` only after the last collective of the run, so a
-    complete results file means every rank got that far. None (a real failure) unless: every failed worker
-    exited by SIGABRT with that line as its last output, no worker printed a traceback or an error, and the
-    results file is complete JSON."""
+    called without an active exception" (SIGABRT): about 1 launch in 20 on a busy 2-core machine (2 of 40 measured,
+    two launchers at once), with or without ``dist.destroy_process_group()``; torchrun then stops the other ranks
+    with SIGTERM. Rank 0 writes ``--out`` only after the last collective of the run, so a complete results file
+    means every rank got that far. None (a real failure) unless: every failed worker either exited by SIGABRT
+    having printed that line (its stdout and stderr interleave, so the line need not come last) and no other
+    "terminate called", or was stopped by torchrun's SIGTERM after such an abort; no worker printed a traceback or
+    an error; and the results file is complete JSON."""
     if status in (0, "timeout"):
         return None
-    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", output)
-    failed = [int(r) for r in re.findall(r"rank\s*:\s*(\d+) \(local_rank", output)]
-    if not codes or any(c != "-6" for c in codes) or not failed:
+    codes = [int(c) for c in re.findall(r"^(?:\[torchrun\])?\s+exitcode\s*:\s*(-?\d+)", output, re.M)]
+    ranks = [int(r) for r in re.findall(r"^(?:\[torchrun\])?\s+rank\s*:\s*(\d+) \(local_rank", output, re.M)]
+    if not codes or len(codes) != len(ranks) or any(c not in (-6, -15) for c in codes):
         return None
-    for rank in failed:
+    aborted = sorted({rank for rank, code in zip(ranks, codes) if code == -6})
+    if not aborted:
+        return None  # SIGTERM alone: something else stopped the run
+    for rank in aborted:
         said = [ln[len(f"[rank {rank}] "):].strip() for ln in output.splitlines() if ln.startswith(f"[rank {rank}] ")]
-        said = [ln for ln in said if ln]
-        if not said or said[-1] != _EXIT_ABORT:
+        if _EXIT_ABORT not in said or any(ln.startswith("terminate called") and ln != _EXIT_ABORT for ln in said):
             return None
     if re.search(r"^\[rank \d+\] (Traceback \(most recent call last\)|error: )", output, re.M):
         return None
     try:
-        return sorted(set(failed)), json.loads(results.read_text())
+        return aborted, json.loads(results.read_text())
     except (OSError, ValueError):
         return None
 

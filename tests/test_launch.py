@@ -304,7 +304,23 @@ def test_an_abort_at_exit_after_complete_results_is_not_a_failure(tmp_path):
     assert _finished_then_aborted(1, aborted, results) == ([3], {"correct": 1754, "count": 2000})
     for status in (0, "timeout"):
         assert _finished_then_aborted(status, aborted, results) is None
+    # as measured (two launchers at once, 2 of 40 runs): the aborted rank's stdout after its stderr line, and the
+    # peer stopped by torchrun
+    peer = ROOT_CAUSE_SECTION.format(code=-15, traceback="Signal 15 (SIGTERM) received by PID 4243").replace(
+        "rank      : 3 (local_rank: 1)", "rank      : 2 (local_rank: 0)").replace("Root Cause (first observed "
+                                                                                    "failure)", "Failures")
+    interleaved = ("[rank 3] epoch 0: 0.9 s, test accuracy 71.20% (500 images)\n"
+                   "[rank 3] terminate called without an active exception\n"
+                   "[rank 3] epoch 1: 1.7 s, test accuracy 82.00% (500 images)\n"
+                   "[torchrun] E1207 15:00:08.803000 7175 api.py:1002] failed (exitcode: -6) local_rank: 1 (pid: 1)\n"
+                   + peer + section)
+    assert _finished_then_aborted(1, interleaved, results) == ([3], {"correct": 1754, "count": 2000})
     cases = {
+        "SIGTERM alone": (peer, results),
+        "a peer killed": (interleaved.replace("exitcode  : -15", "exitcode  : -9"), results),
+        "a second abort of another kind": (interleaved.replace(
+            "[rank 3] epoch 0", "[rank 3] terminate called after throwing an instance of 'gloo::IoException'\n"
+            "[rank 3] epoch 0"), results),
         "no results": (aborted, tmp_path / "missing.json"),
         "results cut short": (aborted, tmp_path / "cut.json"),
         "another signal": (aborted.replace("exitcode  : -6", "exitcode  : -9"), results),

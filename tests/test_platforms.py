@@ -60,7 +60,7 @@ def readme_section(title: str) -> str:
 def test_the_no_make_route_leaves_the_installed_torch_alone(tmp_path):
     """`pip install -e .` in an environment that already has torch/torchvision installs neither again: pip's
     own resolver, asked offline (--no-index) for a report of what it would install."""
-    section = readme_section("On Kaggle, Colab or a JupyterHub")
+    section = readme_section("Hosted: Colab, Kaggle, JupyterHub")
     assert "pip install -e ." in section and "python -m mnist_helpers.data" in section
     assert "torch==" not in section  # no pinned build: the platform's torch stays
     report = tmp_path / "report.json"
