@@ -145,6 +145,16 @@ def verify_mnist(root: str | Path | None = None) -> Path:
     return rdir
 
 
+def mnist_complete(root: str | Path | None = None) -> bool:
+    """Whether ``ROOT/MNIST/raw`` holds the four verified files (:func:`verify_mnist`, so a file checked before in
+    this process is not read again). Reads only: a read-only folder can be asked."""
+    try:
+        verify_mnist(root)
+    except DataError:
+        return False
+    return True
+
+
 # --------------------------------------------------------------------------- provisioning
 
 @contextlib.contextmanager
@@ -246,7 +256,7 @@ def ensure_mnist(root: str | Path | None = None, *, offline: bool | None = None,
     offline = os.environ.get("MNIST_OFFLINE", "0") == "1" if offline is None else offline
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     rdir = raw_dir(root)
-    if not force and not any(check_file(rdir / n) for n in RAW_MD5):
+    if not force and mnist_complete(root):
         return root  # verified without a lock: a read-only folder (a Kaggle dataset) is read in place, never written
     try:
         (root / "MNIST").mkdir(parents=True, exist_ok=True)

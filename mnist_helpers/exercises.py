@@ -708,16 +708,11 @@ def _launch_reporting(text: str, args: list, timeout: float = 180) -> tuple[list
     import json
     import tempfile
 
-    from mnist_helpers.launch import LaunchError, torchrun
-
     with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
-        script, report = Path(tmp) / "exercise.py", Path(tmp) / "report"
-        script.write_text(text)
-        try:
-            torchrun(str(script), [*args, "--report", report], nproc=2, device="cpu", echo=False, timeout=timeout,
-                     provision=False, threads_per_proc=1)
-        except LaunchError as e:
-            return None, e.root_cause or str(e)
+        report = Path(tmp) / "report"
+        _, error = _launch_in(tmp, text, [*args, "--report", report], timeout=timeout, name="exercise.py")
+        if error is not None:
+            return None, error
         facts = [json.loads(p.read_text()) for p in sorted(report.glob("rank*.json"))]
     return sorted(facts, key=lambda f: f.get("rank", 0)), None
 
@@ -782,21 +777,27 @@ def check_ddp_script(answer) -> Feedback:
                       "of DDP: a process group, a shard per rank, averaged gradients, and exact totals.")
 
 
+def _launch_in(folder, text: str, args=(), *, nproc: int = 2, timeout: float = 180, name: str = "worker.py",
+               **torchrun_kw) -> tuple[dict | None, str | None]:
+    """Write a learner's script (its text) into ``folder`` as ``name`` and run it under torchrun on ``nproc`` CPU
+    processes: (its JSON, None) or (None, the failing rank's error, or "timed out ...")."""
+    from mnist_helpers.launch import LaunchError, torchrun
+
+    script = Path(folder) / name
+    script.write_text(text)
+    try:
+        return torchrun(str(script), args, nproc=nproc, device="cpu", echo=False, timeout=timeout, provision=False,
+                        threads_per_proc=1, **torchrun_kw), None
+    except LaunchError as e:
+        return None, e.root_cause or str(e)
+
+
 def _launch_script(text: str, nproc: int = 2):
     """Run a worker's text under torchrun on ``nproc`` CPU processes; (its JSON, None) or (None, the error)."""
     import tempfile
-    from pathlib import Path
-
-    from mnist_helpers.launch import LaunchError, torchrun
 
     with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
-        script = Path(tmp) / "worker.py"
-        script.write_text(text)
-        try:
-            return torchrun(str(script), nproc=nproc, device="cpu", echo=False, timeout=180, provision=False,
-                            threads_per_proc=1), None
-        except LaunchError as e:
-            return None, e.root_cause or str(e)
+        return _launch_in(tmp, text, nproc=nproc)
 
 
 def _script_text(answer) -> str | None:
@@ -905,27 +906,25 @@ def _kill_and_resume(text: str) -> tuple[dict | None, str | None]:
     """Launch the learner's script on 2 CPU processes twice: uninterrupted, then with rank 1 killed (SIGKILL) once the
     first snapshot exists, under ``--max-restarts 1``. ({"ref", "killed", "kill", "snapshot"}, None) or (None, error)."""
     import tempfile
-    from pathlib import Path
 
-    from mnist_helpers.launch import LaunchError, torchrun
     from mnist_helpers.launch import kill_rank_when
 
     args = ["--epochs", 2, "--subset", 512, "--test-images", 500, "--batch-size", 32, "--snapshot-every", 3,
             "--device", "cpu"]
     with tempfile.TemporaryDirectory(prefix="mnist_exercise_") as tmp:
-        script, ref_snap, killed_snap = Path(tmp) / "ft_exercise.py", Path(tmp) / "ref.pt", Path(tmp) / "killed.pt"
-        script.write_text(text)
-        kw = dict(nproc=2, device="cpu", echo=False, timeout=240, provision=False, threads_per_proc=1)
-        try:
-            ref = torchrun(str(script), [*args, "--snapshot", ref_snap], **kw)
-            if not ref_snap.is_file():
-                return {"ref": ref, "snapshot": None}, None
-            snapshot = _snapshot_contents(ref_snap)
-            thread, kill = kill_rank_when(killed_snap, script.name, rank=1, timeout=120)
-            killed = torchrun(str(script), [*args, "--snapshot", killed_snap], max_restarts=1, **kw)
-            thread.join(timeout=10)
-        except LaunchError as e:
-            return None, e.root_cause or str(e)
+        ref_snap, killed_snap, name = Path(tmp) / "ref.pt", Path(tmp) / "killed.pt", "ft_exercise.py"
+        ref, error = _launch_in(tmp, text, [*args, "--snapshot", ref_snap], timeout=240, name=name)
+        if error is not None:
+            return None, error
+        if not ref_snap.is_file():
+            return {"ref": ref, "snapshot": None}, None
+        snapshot = _snapshot_contents(ref_snap)
+        thread, kill = kill_rank_when(killed_snap, name, rank=1, timeout=120)
+        killed, error = _launch_in(tmp, text, [*args, "--snapshot", killed_snap], timeout=240, name=name,
+                                   max_restarts=1)
+        if error is not None:
+            return None, error
+        thread.join(timeout=10)
     return {"ref": ref, "killed": killed, "kill": kill, "snapshot": snapshot}, None
 
 
@@ -1203,6 +1202,26 @@ def _ex(id, title, prompt, check, starter_body, solution_body, extra_import=""):
     return Exercise(id, title, prompt.strip("\n"), starter, solution, check)
 
 
+def _copy_starter_cell(const: str, work_name: str, when: str) -> str:
+    """An exercise cell that copies the starter script ``const`` into the notebook's work/ folder once (re-running
+    keeps the learner's edits) and waits for its path as the answer."""
+    return ("import shutil\nfrom pathlib import Path\n\n"
+            "# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
+            f"if Path(\"work\").is_dir() and not Path(\"work/{work_name}\").exists():\n"
+            f"    shutil.copy({const}, \"work/{work_name}\")\n"
+            f"answer = ...  # \"work/{work_name}\" {when}")
+
+
+def _diff_solution_cell(stem: str) -> str:
+    """A solution cell that shows what ``{STEM}_SOLUTION`` writes into ``{STEM}_STARTER``, then answers with it."""
+    low = stem.lower()
+    return ("import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
+            f"print(\"\".join(difflib.unified_diff(Path({stem}_STARTER).read_text().splitlines(True),\n"
+            f"                                   Path({stem}_SOLUTION).read_text().splitlines(True),\n"
+            f"                                   \"{low}_starter.py\", \"{low}_solution.py\")))\n"
+            f"answer = {stem}_SOLUTION")
+
+
 EXERCISES: list[Exercise] = [
     _ex("00-1", "The global batch size",
         "Four processes each train with `batch_size=32` (one micro-batch per step). "
@@ -1338,15 +1357,8 @@ EXERCISES: list[Exercise] = [
         "REPORT block as it is. The check launches your script on 2 processes and compares what each trained on, "
         "its final weights and its test count (about half a minute).",
         "check_ddp_script",
-        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
-        "if Path(\"work\").is_dir() and not Path(\"work/ddp_exercise.py\").exists():\n"
-        "    shutil.copy(DDP_STARTER, \"work/ddp_exercise.py\")\n"
-        "answer = ...  # \"work/ddp_exercise.py\" once it is a DDP script",
-        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
-        "print(\"\".join(difflib.unified_diff(Path(DDP_STARTER).read_text().splitlines(True),\n"
-        "                                   Path(DDP_SOLUTION).read_text().splitlines(True),\n"
-        "                                   \"ddp_starter.py\", \"ddp_solution.py\")))\n"
-        "answer = DDP_SOLUTION",
+        _copy_starter_cell("DDP_STARTER", "ddp_exercise.py", "once it is a DDP script"),
+        _diff_solution_cell("DDP"),
         extra_import=", DDP_SOLUTION, DDP_STARTER"),
     _ex("06-2", "Fix a DDP worker: both processes on GPU 0",
         "`BUGGY_LOCAL_RANK_WORKER` reads its GPU index the article's way, from an argparse `--local_rank`. Under "
@@ -1379,14 +1391,8 @@ EXERCISES: list[Exercise] = [
         "launches it on 2 processes, once uninterrupted and once with rank 1 killed (`kill -9`) after the first "
         "snapshot under `--max-restarts`, and compares the final weights. (It takes about a minute.)",
         "check_snapshot_resume",
-        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
-        "if Path(\"work\").is_dir() and not Path(\"work/ft_exercise.py\").exists():\n"
-        "    shutil.copy(FT_STARTER, \"work/ft_exercise.py\")\n"
-        "answer = ...  # \"work/ft_exercise.py\" once you have filled in its TODOs",
-        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
-        "print(\"\".join(difflib.unified_diff(Path(FT_STARTER).read_text().splitlines(True),\n"
-        "                                   Path(FT_SOLUTION).read_text().splitlines(True), \"ft_starter.py\", "
-        "\"ft_solution.py\")))\nanswer = FT_SOLUTION",
+        _copy_starter_cell("FT_STARTER", "ft_exercise.py", "once you have filled in its TODOs"),
+        _diff_solution_cell("FT"),
         extra_import=", FT_SOLUTION, FT_STARTER"),
     _ex("08-1", "Address already in use",
         "Your torchrun job fails with `Address already in use` on port 29500. Get a port that is free right now with "
@@ -1410,15 +1416,8 @@ EXERCISES: list[Exercise] = [
         "a hang becomes an error after 8 s) and checks that both ranks finish and that rank 0 logs the mean of the "
         "ranks' losses.",
         "check_hang_fix",
-        "import shutil\nfrom pathlib import Path\n\n# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
-        "if Path(\"work\").is_dir() and not Path(\"work/hang_exercise.py\").exists():\n"
-        "    shutil.copy(HANG_STARTER, \"work/hang_exercise.py\")\n"
-        "answer = ...  # \"work/hang_exercise.py\" once fixed",
-        "import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
-        "print(\"\".join(difflib.unified_diff(Path(HANG_STARTER).read_text().splitlines(True),\n"
-        "                                   Path(HANG_SOLUTION).read_text().splitlines(True),\n"
-        "                                   \"hang_starter.py\", \"hang_solution.py\")))\n"
-        "answer = HANG_SOLUTION",
+        _copy_starter_cell("HANG_STARTER", "hang_exercise.py", "once fixed"),
+        _diff_solution_cell("HANG"),
         extra_import=", HANG_SOLUTION, HANG_STARTER"),
     _ex("09-1", "Reading a profile",
         "`STEP_PROFILE_MS` holds the milliseconds one training step spends in each phase. What fraction of the "

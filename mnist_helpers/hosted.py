@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-QUICK_CORES = 4  # at most this many usable cores and no GPU: the quick profile unless MNIST_PROFILE says otherwise
+QUICK_CORES = 4  # at most this many usable cores, GPU or not: the quick profile unless MNIST_PROFILE says otherwise
 
 
 def choose_profile(env_value: str | None, cores: int, gpus: int) -> tuple[str, str]:
@@ -67,7 +67,7 @@ def places(cwd: Path | None = None) -> dict[str, Path] | None:
     - data: the series' own ``data/`` when it already holds the four verified MNIST files (read in place, even
       read-only), else ``data/`` beside the results.
     """
-    from mnist_helpers.data import RAW_MD5, check_file, raw_dir
+    from mnist_helpers.data import mnist_complete
     from mnist_helpers.paths import repo_root, series_folder, writable
 
     root = repo_root()
@@ -77,7 +77,7 @@ def places(cwd: Path | None = None) -> dict[str, Path] | None:
     found: dict[str, Path] = {}
     if not os.environ.get("MNIST_DATA_ROOT"):
         shipped = [p / "data" for p in (series_folder(), root) if p is not None]
-        complete = [d for d in shipped if not any(check_file(raw_dir(d) / n) for n in RAW_MD5)]
+        complete = [d for d in shipped if mnist_complete(d)]
         found["data"] = complete[0] if complete else base / "data"
     if not os.environ.get("MNIST_RESULTS_DIR"):
         found["results"] = base / "results"
@@ -94,8 +94,6 @@ def prepare(*, data: bool = True, quiet: bool = False) -> None:
     if missing:
         raise ModuleNotFoundError(f"this kernel lacks {', '.join(missing)}: run `%pip install {' '.join(missing)}` "
                                   "in a cell, then re-run this one")
-    import torch
-
     from mnist_helpers.resources import gpu_count, usable_cores
 
     gpus = gpu_count()  # NVML's count: does not start the driver

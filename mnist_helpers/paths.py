@@ -6,8 +6,9 @@ and scripts all resolve the same folders.
 - ``MNIST_DATA_ROOT`` / ``MNIST_RESULTS_DIR`` override the defaults.
 - In a checkout we may write to (the package sits next to ``pyproject.toml``): ``<repo>/data`` and ``<repo>/results``.
 - Otherwise: ``~/.cache/mnist-scale-lab/{data,results}``. A notebook's first cell (``hosted.prepare``) chooses
-  writable places for a hosted kernel before anything runs (:func:`mnist_helpers.hosted.places`) and sets the two variables for the
-  kernel and the processes it starts: nothing is ever written inside a read-only series (a Kaggle dataset).
+  writable places for a hosted kernel before anything runs (:func:`mnist_helpers.hosted.places`) and sets the two
+  variables for the kernel and the processes it starts: nothing is ever written inside a read-only series (a Kaggle
+  dataset).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def reference_dir() -> Path:
     These are the committed runs the README's claims table is made from (``make claims``) and that notebooks show
     beside a live run, so they are found in the checkout whatever ``MNIST_RESULTS_DIR`` says (a run's own results may
     go elsewhere; the references stay with the code). Outside a checkout: the series folder ``MNIST_SERIES`` names
-    (read-only is fine), else ``results_dir() / "reference"``, empty until runs are copied there. Not created here: readers find nothing in a missing folder, writers create it.
+    (read-only is fine), else ``results_dir() / "reference"``, empty until runs are copied there. Not created here:
+    readers find nothing in a missing folder, writers create it.
     """
     root = repo_root()
     if root is not None:

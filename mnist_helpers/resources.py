@@ -58,18 +58,30 @@ def machine_info() -> dict:
         "cuda_available": gpus > 0,
         "gpus": [],
     }
-    named = gpus_through_nvml(gpus) if gpus else []
-    if named is not None:
-        info["gpus"] = named
-        return info
-    try:  # naming the GPUs through torch initialises CUDA: only where NVML could not, and there are some
-        for i in range(gpus):
-            p = torch.cuda.get_device_properties(i)
-            info["gpus"].append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                                 "capability": f"{p.major}.{p.minor}"})
+    try:
+        info["gpus"] = gpu_details(gpus)
     except RuntimeError as e:  # NVML sees GPUs the driver cannot use (e.g. a driver too old for this torch)
         info.update(cuda_available=False, gpus=[], cuda_error=str(e).splitlines()[0][:200])
     return info
+
+
+def gpu_details(count: int) -> list[dict]:
+    """Name, memory (GiB) and compute capability of the first ``count`` GPUs: through NVML where it answers
+    (:func:`gpus_through_nvml`: the CUDA driver is left alone), else through torch, which initialises CUDA and raises
+    RuntimeError where the driver cannot use the GPUs NVML counted."""
+    if not count:
+        return []
+    named = gpus_through_nvml(count)
+    if named is not None:
+        return named
+    import torch
+
+    found = []
+    for i in range(count):
+        p = torch.cuda.get_device_properties(i)
+        found.append({"name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
+                      "capability": f"{p.major}.{p.minor}"})
+    return found
 
 
 def gpus_through_nvml(count: int) -> list[dict] | None:

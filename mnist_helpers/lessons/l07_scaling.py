@@ -22,8 +22,8 @@ step), what an all-reduce costs (4.4: ``ring_model``, ``ring_growth``, ``ring_vo
 ``07.restarts``). Here: :func:`elastic_membership` lets a second agent join a ``--nnodes=1:2`` job; :func:`ddp_memory`,
 :func:`memory_compare` and :func:`memory_verdict` (memory per process under DDP); :func:`mpi_probe`,
 :func:`cuda_index_probe` and :func:`shard_overlap` (what this machine can test); for the learner's ``train_ft.py``
-(section 5) :func:`kill_rank_when` (``kill -9`` of one rank once the first snapshot exists, :func:`worker_pid` finds
-it), :func:`ft_runs_table`, :func:`learner_ddp_script` and :func:`ft_train_differences`; :func:`claims_07`.
+(section 5) :func:`ft_runs_table` (its kill -9 is ``mnist_helpers.launch.kill_rank_when``),
+:func:`learner_ddp_script` and :func:`ft_train_differences`; :func:`claims_07`.
 
 Rows are lists of dicts; ``ARTICLE_TABLE``, ``SCALING_TABLE``, ``ALLREDUCE_TABLE``, ``DDP_VARIANTS_TABLE`` and
 ``RESTARTS_TABLE`` are the columns and formats to show them with (``display.show(rows, **SCALING_TABLE)``).
@@ -41,8 +41,6 @@ import statistics
 from mnist_helpers import distributed
 from mnist_helpers.distributed import comparison_device
 from mnist_helpers.launch import torchrun
-# kill -9 of one rank once a file exists (07's section 5; also exercise 07-3's check, hence in the core)
-from mnist_helpers.launch import kill_rank_when, worker_pid  # noqa: F401
 # the measurement harness and the verdicts live in the core (scripts/bench_scaling.py, bench_allreduce.py and
 # bench_restarts.py run them too); named here as before, so notebook 07 and the tests import them from this lesson
 from mnist_helpers.scaling import (ALLREDUCE_TABLE, ARTICLE_SPEEDUP, DDP_VARIANTS_TABLE,  # noqa: F401

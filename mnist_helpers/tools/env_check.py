@@ -45,15 +45,13 @@ def versions() -> dict[str, str]:
 def devices() -> dict[str, object]:
     import torch
 
-    from mnist_helpers.resources import gpu_count, gpus_through_nvml
+    from mnist_helpers.resources import gpu_count, gpu_details
 
     count = gpu_count()  # through NVML: torch.cuda.is_available() would start the CUDA driver (and poison fork)
     info: dict[str, object] = {"cuda_available": count > 0, "cuda_device_count": count,
                                "torch_cuda_build": torch.version.cuda}
     if info["cuda_device_count"]:
-        named = gpus_through_nvml(count)  # NVML leaves the driver alone; torch's names start it
-        info["gpus"] = ([g["name"] for g in named] if named is not None
-                        else [torch.cuda.get_device_name(i) for i in range(count)])
+        info["gpus"] = [g["name"] for g in gpu_details(count)]  # through NVML where it answers: no driver start
     return info
 
 
