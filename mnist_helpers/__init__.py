@@ -10,7 +10,8 @@ The core (every notebook and worker; the notebook that introduces each module in
     distributed  rank and world size from the environment, backend choice, exact distributed evaluation (00, 06)
     worker       the one scaffold of the bench, beyond and bugs workers: process_group() (join, leave), finish()
                  (rank 0 prints and writes the JSON), parser(), @entry (11; the workers of 06 stay explicit)
-    launch       torchrun from a notebook cell: live output, root causes, no orphans (00)
+    launch       torchrun from a notebook cell: live output, root causes, no orphans (00); child_env, the
+                 environment of a fresh interpreter that finds the package (06, 12)
     ports        a free port, who holds one, holding one on purpose (07, 08)
     resources    the machine a result was measured on; usable_cores; gpu_count (counted without starting CUDA);
                  hardware and framework levels (00, 01)
@@ -40,7 +41,7 @@ scripts import the core only):
     saved        GENERATED (`make saved`): the code notebooks write and mark #@save (04's scaled_lr,
                  warmup_factor, train_run, BASE_LR, BASE_BATCH; 10's hyp, hyp_995, shift), which their lessons
                  and scripts run (04, 10)
-    exercises    the closing exercises of every notebook (00-11) and their checkers; `make exercises` writes
+    exercises    the closing exercises of every notebook (00-12) and their checkers; `make exercises` writes
                  them into the notebooks and notebooks/solutions/
     series       the registry: one row per notebook (id, slug, lesson, core or appendix, runtimes), the
                  README's and INSTRUCTOR's tables are written from it (`make tables`)
@@ -54,20 +55,22 @@ Lessons: one module per notebook, built on the core, never importing each other:
     lessons/l03_dataloader        03  DataLoader sweeps, per-worker memory, the loader widget
     lessons/l04_batch_scaling     04  batch size x learning-rate rules, the batch explorer
     lessons/l05_precision_memory  05  autocast and GradScaler, accumulation, leaks, the CUDA allocator
-    lessons/l06_ddp               06  the kernel-side demos: mp.spawn from a notebook, fork or spawn, who starts CUDA,
-                                      what init_process_group needs
+    lessons/l06_ddp               06  the kernel-side demos: fork or spawn from a notebook, who starts CUDA; the
+                                      learner's runs summarised and judged (claims_06)
     lessons/l07_scaling           07  weak and strong scaling, all-reduce sweeps, the ring model
     lessons/l08_troubleshooting   08  the article's errors reproduced and fixed, batch-size finder
     lessons/l09_profiling         09  torch.profiler breakdowns, autotune, the experience library
     lessons/l10_speedrun          10  recipes, time to accuracy
     lessons/l11_beyond_dp         11  checkpointing trade-off, per-rank memory rows, the memory explorer
+    lessons/l12_ddp_in_depth      12  mp.spawn from a notebook, what init_process_group needs, DP vs DDP, the
+                                      article's DDP details judged (claims_12)
 
 Workers (run with torchrun or plain Python; each docstring has its commands; built on the core only, never on a
 lesson or a tool: code a worker and a notebook share lives in the core):
     workers/progression/  single.py -> ddp_spawn.py -> ddp_train.py -> ft_train.py: one process, mp.spawn,
-                          torchrun, fault tolerance (00, 06, 07)
-    workers/demos/        06's demos behind one entry point (`-m mnist_helpers.workers.demos --demos ...`,
-                          common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation;
+                          torchrun, fault tolerance (00, 12, 07)
+    workers/demos/        12's demos (08 reuses them) behind one entry point (`-m mnist_helpers.workers.demos`,
+                          `--demos ...`, common.py): manual_allreduce, local_rank_bug, sampler, seeding, syncbn, validation;
                           article_ddp.py: the article's 5.2 script as written (mp.spawn), run as a script
     workers/bugs/         08's reproductions, each with its --fix: port_in_use, local_rank, spawn_main,
                           unused_param, collective_mismatch, oom, eval_through_ddp, omp_threads; restart_kill
@@ -75,12 +78,14 @@ lesson or a tool: code a worker and a notebook share lives in the core):
     workers/bench/        benchmarks: allreduce (07), profile_ddp (09), accum_nosync (05)
     workers/exercises/    starters of the exercises that make the learner write code, each with a solution:
                           ddp_starter, ddp_solution (06-1: a single-device script made DDP); ft_starter,
-                          ft_solution (07-3: add snapshot and resume); hang_starter, hang_solution (08-3: fix a hang)
+                          ft_solution (07-3: add snapshot and resume); hang_starter, hang_solution (08-3: fix a hang);
+                          local_rank_starter, local_rank_solution (12-1: read LOCAL_RANK); bucket_counter (06-2's
+                          measurement: DDP's all-reduce calls per step)
     workers/beyond/       11's workers: sharding (DDP, ZeRO-1, FSDP2), dcp_checkpoint, tensor_parallel, compile_ddp,
                           pipelining; common.py (ResMLP, per-rank byte counts, step_peak)
 
 Tools: tools/nbstrip (outputs out of git), tools/env_check (the install check), tools/bookkeeping (the share of notebook
-code lines that only record results), tools/worker_diffs (the worker progression's diff rule and its rendered diffs, 06), tools/reaper (between the launcher and torchrun:
+code lines that only record results), tools/worker_diffs (the worker progression's diff rule and its rendered diffs, 06 and 12), tools/reaper (between the launcher and torchrun:
 no worker outlives a killed kernel or a killed torchrun, 00).
 """
 

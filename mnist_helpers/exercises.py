@@ -625,70 +625,6 @@ def check_accumulation_fn(answer) -> Feedback:
 
 
 # ---------------------------------------------------------------------------------------- 06 DDP fundamentals
-# The worker of exercise 06-2: a short DDP script with one bug. The learner fixes the text; the check writes it
-# to a file and launches it with torchrun on 2 CPU processes (gloo), as notebook 06 launches train_ddp.py.
-BUGGY_LOCAL_RANK_WORKER = '''import argparse
-import json
-
-import torch.distributed as dist
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--local_rank", type=int, default=0)  # the old torch.distributed.launch contract
-parser.add_argument("--out")
-args = parser.parse_args()
-dist.init_process_group("gloo")
-device = f"cuda:{args.local_rank}"  # the GPU this process would train on
-devices = [None] * dist.get_world_size()
-dist.all_gather_object(devices, device)
-if dist.get_rank() == 0:
-    json.dump(devices, open(args.out, "w"))
-dist.barrier()
-dist.destroy_process_group()
-'''
-
-# The measurement behind exercise 06-3: DDP's all-reduce calls per step for Net, counted by a communication hook.
-BUCKET_COUNTER_WORKER = '''import argparse
-import json
-
-import torch
-import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-
-from mnist_helpers.models import Net
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--out")
-args = parser.parse_args()
-dist.init_process_group("gloo")
-calls = []
-
-
-def counting_allreduce(state, bucket):  # DDP calls its hook once per bucket of gradients
-    calls.append(bucket.buffer().numel())
-    work = dist.all_reduce(bucket.buffer().div_(dist.get_world_size()), async_op=True)
-    return work.get_future().then(lambda fut: fut.value()[0])
-
-
-result = {}
-for cap in (25, 1):  # bucket_cap_mb: 25 is DDP's default
-    torch.manual_seed(0)
-    model = DDP(Net(), bucket_cap_mb=cap)
-    model.register_comm_hook(None, counting_allreduce)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(3):  # DDP settles its buckets after the first step: count the last one
-        calls.clear()
-        model(torch.randn(8, 1, 28, 28)).sum().backward()
-        opt.step()
-        opt.zero_grad()
-    result[cap] = list(calls)
-    del model  # release DDP's hold on the process group before leaving it
-if dist.get_rank() == 0:
-    json.dump(result, open(args.out, "w"))
-dist.barrier()
-dist.destroy_process_group()
-'''
-
-
 # 07-3: the starter the learner completes and a solution, as real files (mnist_helpers/workers/exercises/)
 _EXERCISE_SCRIPTS = Path(__file__).resolve().parent / "workers" / "exercises"
 FT_STARTER, FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_starter.py"), str(_EXERCISE_SCRIPTS / "ft_solution.py")
@@ -699,6 +635,12 @@ FT_STARTER, FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_starter.py"), str(_EXERCIS
 # learner leaves alone); the check launches it with torchrun on 2 CPU processes (gloo) and reads them.
 DDP_STARTER, DDP_SOLUTION = str(_EXERCISE_SCRIPTS / "ddp_starter.py"), str(_EXERCISE_SCRIPTS / "ddp_solution.py")
 HANG_STARTER, HANG_SOLUTION = str(_EXERCISE_SCRIPTS / "hang_starter.py"), str(_EXERCISE_SCRIPTS / "hang_solution.py")
+# 12-1: a short DDP worker with the article's --local_rank bug, copied and fixed the same way; its rank 0 writes the
+# device every process picked to --out
+LOCAL_RANK_STARTER = str(_EXERCISE_SCRIPTS / "local_rank_starter.py")
+LOCAL_RANK_SOLUTION = str(_EXERCISE_SCRIPTS / "local_rank_solution.py")
+# 06-2: the measurement behind the prediction, DDP's all-reduce calls per step for Net counted by a communication hook
+BUCKET_COUNTER = str(_EXERCISE_SCRIPTS / "bucket_counter.py")
 DDP_CHECK_ARGS = {"epochs": 2, "subset": 250, "test_images": 101, "batch_size": 32}  # 06-1: tiny, odd test count
 
 
@@ -812,30 +754,13 @@ def _script_text(answer) -> str | None:
     return text
 
 
-def check_local_rank_fix(answer) -> Feedback:
-    """06-2: ``BUGGY_LOCAL_RANK_WORKER`` fixed to read torchrun's LOCAL_RANK; launched on 2 processes."""
-    text = _script_text(answer)
-    if text is None:
-        return _say(False, f"expected the fixed script as a string (or a path to it), got {type(answer).__name__}.")
-    got, error = _launch_script(text)
-    if error is not None:
-        return _say(False, f"the script failed under torchrun with 2 processes:\n{error}")
-    if got == ["cuda:0", "cuda:1"]:
-        return _say(True, "launched on 2 processes: rank 0 picks cuda:0 and rank 1 cuda:1. torchrun puts LOCAL_RANK "
-                          "in each process's environment and passes no --local_rank argument, so the argparse "
-                          "default 0 put both on GPU 0.")
-    if got == ["cuda:0", "cuda:0"]:
-        return _say(False, "both processes still pick cuda:0: torchrun never passes --local_rank, so the argparse "
-                           "default is used. Read the environment: int(os.environ[\"LOCAL_RANK\"]).")
-    return _say(False, f"the processes picked {got}; expected ['cuda:0', 'cuda:1'] (one GPU per process on a node).")
-
-
 def check_bucket_prediction(answer) -> Feedback:
-    """06-3: predict DDP's all-reduce calls per step for Net at bucket_cap_mb 25 and 1, then measure them."""
+    """06-2: predict DDP's all-reduce calls per step for Net at bucket_cap_mb 25 and 1, then measure them (the
+    ``bucket_counter.py`` worker, launched on 2 processes)."""
     if not (isinstance(answer, (tuple, list)) and len(answer) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) for v in answer)):
         return _say(False, f"expected a pair of whole numbers (calls at 25 MB, calls at 1 MB), got {answer!r}.")
-    got, error = _launch_script(BUCKET_COUNTER_WORKER)
+    got, error = _launch_script(Path(BUCKET_COUNTER).read_text())
     if error is not None:
         return _say(False, f"the measurement itself failed (not your answer):\n{error}")
     calls = {int(k): v for k, v in got.items()}
@@ -1173,6 +1098,84 @@ def check_colwise_local_shape(answer) -> Feedback:
     return _say(False, f"{shape} is not it. Hint: weight (out_features, in_features); Colwise shards dim 0 over 4 ranks.")
 
 
+# ------------------------------------------------------------------------------------------ 12 DDP in depth
+def check_local_rank_fix(answer) -> Feedback:
+    """12-1: ``local_rank_starter.py`` (a worker that reads the article's ``--local_rank``) fixed to read torchrun's
+    LOCAL_RANK; launched on 2 processes, it must name one GPU per process."""
+    text = _script_text(answer)
+    if text is None:
+        return _say(False, f"expected the path of your fixed script (\"work/local_rank_exercise.py\") or its text, "
+                           f"got {type(answer).__name__}.")
+    got, error = _launch_script(text)
+    if error is not None:
+        return _say(False, f"the script failed under torchrun with 2 processes:\n{error}")
+    if got == ["cuda:0", "cuda:1"]:
+        return _say(True, "launched on 2 processes: rank 0 picks cuda:0 and rank 1 cuda:1. torchrun puts LOCAL_RANK "
+                          "in each process's environment and passes no --local_rank argument, so the argparse "
+                          "default 0 put both on GPU 0.")
+    if got == ["cuda:0", "cuda:0"]:
+        return _say(False, "both processes still pick cuda:0: torchrun never passes --local_rank, so the argparse "
+                           "default is used. Read the environment: int(os.environ[\"LOCAL_RANK\"]).")
+    return _say(False, f"the processes picked {got}; expected ['cuda:0', 'cuda:1'] (one GPU per process on a node).")
+
+
+RNG_SEEDS, RNG_RANKS = (0, 1234), 4  # 12-2: the seeds and ranks the check asks the learner's function for
+
+
+def check_rank_generator(answer) -> Feedback:
+    """12-2: ``rank_generator(seed, rank)``: a ``torch.Generator`` for one rank's data-side randomness (augmentation,
+    dropout masks drawn from it): its own stream on every rank, the same stream again for the same seed and rank,
+    another for another seed, and torch's global generator left alone. Each stream is 16 images' (dx, dy) shifts."""
+    import torch
+
+    if not callable(answer):
+        return _say(False, f"expected your function `rank_generator` itself (answer = rank_generator), got "
+                           f"{type(answer).__name__}.")
+    streams = {}
+    for seed in RNG_SEEDS:
+        for rank in range(RNG_RANKS):
+            for attempt in (0, 1):
+                state = torch.get_rng_state()
+                g, error = _call(answer, seed, rank)
+                if error is not None:
+                    return _say(False, f"rank_generator({seed}, {rank}) raised {error}")
+                if not isinstance(g, torch.Generator):
+                    return _say(False, f"rank_generator({seed}, {rank}) returned {type(g).__name__}: return a "
+                                       "torch.Generator, seeded: torch.Generator().manual_seed(...).")
+                if g is torch.default_generator or not torch.equal(state, torch.get_rng_state()):
+                    torch.set_rng_state(state)
+                    return _say(False, "you used torch's global generator (torch.manual_seed reseeds it and returns "
+                                       "it): reseeding it per rank resets every other random draw of the process, the "
+                                       "model's initialisation and dropout included. Make one of its own: "
+                                       "torch.Generator().manual_seed(...).")
+                streams[seed, rank, attempt] = torch.randint(-2, 3, (16, 2), generator=g)
+    for seed in RNG_SEEDS:
+        for rank in range(RNG_RANKS):
+            if not torch.equal(streams[seed, rank, 0], streams[seed, rank, 1]):
+                return _say(False, f"two calls with seed {seed} and rank {rank} gave different shifts: a rerun would "
+                                   "not be reproducible. Seed the generator from seed and rank only "
+                                   "(torch.Generator().manual_seed(...)), nothing random or time-dependent.")
+    for seed in RNG_SEEDS:
+        first = streams[seed, 0, 0]
+        if all(torch.equal(first, streams[seed, rank, 0]) for rank in range(RNG_RANKS)):
+            return _say(False, f"with seed {seed} every rank draws the same shifts: that is the article's one seed "
+                               "everywhere, and each rank's k-th image gets the same augmentation. Give each rank its "
+                               "own stream: add the rank to the seed.")
+        for a in range(RNG_RANKS):
+            for b in range(a + 1, RNG_RANKS):
+                if torch.equal(streams[seed, a, 0], streams[seed, b, 0]):
+                    return _say(False, f"ranks {a} and {b} draw the same shifts with seed {seed}: every rank needs "
+                                       "a seed of its own, e.g. seed + rank.")
+    if all(torch.equal(streams[RNG_SEEDS[0], r, 0], streams[RNG_SEEDS[1], r, 0]) for r in range(RNG_RANKS)):
+        return _say(False, f"the seed changes nothing: every rank draws the same shifts with seed {RNG_SEEDS[0]} and "
+                           f"seed {RNG_SEEDS[1]}, so a run's seed cannot choose its data-side randomness. Use both: "
+                           "manual_seed(seed + rank).")
+    return _say(True, "each rank draws its own shifts, the same ones again for the same seed and rank (a rerun is "
+                      "reproducible) and others for another seed, with torch's global generator untouched. DDP makes "
+                      "the weights equal whatever the seeds (it broadcasts rank 0's when it wraps the model), so "
+                      "seed + rank for the data side costs nothing.")
+
+
 # ----------------------------------------------------------------------------------------------- the source
 @dataclass(frozen=True)
 class Exercise:
@@ -1360,22 +1363,18 @@ EXERCISES: list[Exercise] = [
         _copy_starter_cell("DDP_STARTER", "ddp_exercise.py", "once it is a DDP script"),
         _diff_solution_cell("DDP"),
         extra_import=", DDP_SOLUTION, DDP_STARTER"),
-    _ex("06-2", "Fix a DDP worker: both processes on GPU 0",
-        "`BUGGY_LOCAL_RANK_WORKER` reads its GPU index the article's way, from an argparse `--local_rank`. Under "
-        "torchrun both processes pick `cuda:0`. Fix the text (no GPU is needed: the script only names the device); "
-        "the check launches it on 2 processes.",
-        "check_local_rank_fix",
-        "print(BUGGY_LOCAL_RANK_WORKER)\nanswer = ...  # the fixed script",
-        "answer = BUGGY_LOCAL_RANK_WORKER.replace(\"import json\\n\", \"import json\\nimport os\\n\").replace(\n"
-        "    'device = f\"cuda:{args.local_rank}\"', 'device = f\"cuda:{int(os.environ[\\'LOCAL_RANK\\'])}\"')",
-        extra_import=", BUGGY_LOCAL_RANK_WORKER"),
-    _ex("06-3", "Predict, then measure: all-reduce calls per step",
+    _ex("06-2", "Predict, then measure: all-reduce calls per step",
         "DDP does not all-reduce each of `Net`'s 8 parameter tensors separately. **Before running anything**, "
         "predict how many all-reduce calls one training step makes with DDP's default `bucket_cap_mb=25`, and with "
         "`bucket_cap_mb=1`. `Net` has 1,199,882 parameters (4.6 MiB of fp32 gradients), 1,179,648 of them in "
-        "`fc1.weight`. Answer as a pair; the check then counts the calls on 2 processes with a communication hook.",
+        "`fc1.weight`. Answer as a pair; the check then launches `BUCKET_COUNTER` "
+        "(`mnist_helpers/workers/exercises/bucket_counter.py`) on 2 processes, which counts the calls with a "
+        "communication hook.",
         "check_bucket_prediction", "answer = ...  # (calls at 25 MB, calls at 1 MB), e.g. (8, 8)",
-        "answer = (1, 2)  # 4.6 MiB fit one 25 MB bucket; at 1 MB fc1.weight closes a bucket, the rest form another"),
+        "from pathlib import Path\n\n"
+        "print(Path(BUCKET_COUNTER).read_text())  # the measurement: a communication hook counts DDP's calls\n"
+        "answer = (1, 2)  # 4.6 MiB fit one 25 MB bucket; at 1 MB fc1.weight closes a bucket, the rest form another",
+        extra_import=", BUCKET_COUNTER"),
     _ex("07-1", "Scaling efficiency",
         "1 process trains at 1,000 img/s; 4 processes (same batch per process) at 3,200 img/s together. "
         "What is the scaling efficiency, as a fraction?",
@@ -1452,13 +1451,36 @@ EXERCISES: list[Exercise] = [
         "weight each rank holds locally (`weight.to_local().shape`)? Remember how `nn.Linear` stores its weight.",
         "check_colwise_local_shape", "answer = ...  # (rows, cols)",
         "out_features, in_features, ranks = 4096, 1024, 4\nanswer = (out_features // ranks, in_features)"),
+    _ex("12-1", "Fix a DDP worker: both processes on GPU 0",
+        "`LOCAL_RANK_STARTER` is a short DDP worker that reads its GPU index the article's way, from an argparse "
+        "`--local_rank`; under torchrun both of its processes pick `cuda:0` (section 1). The cell copies it to "
+        "`work/local_rank_exercise.py`; fix it there (no GPU is needed: the script only names the device). The check "
+        "launches it on 2 processes and reads the device each one picked.",
+        "check_local_rank_fix",
+        _copy_starter_cell("LOCAL_RANK_STARTER", "local_rank_exercise.py", "once fixed"),
+        _diff_solution_cell("LOCAL_RANK"),
+        extra_import=", LOCAL_RANK_SOLUTION, LOCAL_RANK_STARTER"),
+    _ex("12-2", "Seed each rank's augmentation",
+        "Section 3 showed that one seed on every rank gives every rank the same random shifts. Write "
+        "`rank_generator(seed, rank)`: a `torch.Generator` for one rank's data-side randomness (augmentation, dropout "
+        "masks drawn from it) that gives every rank its own stream, the same stream again for the same seed and rank "
+        "(a rerun is reproducible) and another one for another seed, without touching torch's global generator. The "
+        "check draws 16 images' shifts from it for 4 ranks and 2 seeds.",
+        "check_rank_generator",
+        "import torch\n\n\ndef rank_generator(seed, rank):\n"
+        "    \"\"\"A generator for this rank's augmentation: its own stream, reproducible from the run's seed.\"\"\"\n"
+        "    ...  # your code\n\n\nanswer = ...  # rank_generator, once written",
+        "import torch\n\n\ndef rank_generator(seed, rank):\n"
+        "    \"\"\"A generator for this rank's augmentation: its own stream, reproducible from the run's seed.\"\"\"\n"
+        "    return torch.Generator().manual_seed(seed + rank)  # a stream per rank; the global generator untouched\n\n\n"
+        "answer = rank_generator"),
 ]
 
 BY_ID = {e.id: e for e in EXERCISES}
 
 
 def for_notebook(nn: str) -> list[Exercise]:
-    """The exercises of notebook ``nn`` (an id of ``mnist_helpers.series``: "00" .. "11"), in order."""
+    """The exercises of notebook ``nn`` (an id of ``mnist_helpers.series``: "00" .. "12"), in order."""
     return [e for e in EXERCISES if e.notebook == nn]
 
 

@@ -20,12 +20,14 @@ from mnist_helpers.data import MEAN, STD, TensorBatches, make_loader, mnist_data
 from mnist_helpers.resources import gpu_count
 
 
-def _positive_int(name: str, value) -> None:
+def check_positive_int(name: str, value) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is an integer >= 1 (a bool is not)."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
-def _workers_list(num_workers: Iterable[int]) -> list[int]:
+def workers_list(num_workers: Iterable[int]) -> list[int]:
+    """``num_workers`` as a list of integers >= 0, at least one (ValueError otherwise)."""
     out = list(num_workers)
     if not out:
         raise ValueError("num_workers must list at least one value, e.g. (0, 1, 2)")
@@ -35,7 +37,8 @@ def _workers_list(num_workers: Iterable[int]) -> list[int]:
     return out
 
 
-def _first(iterable, max_batches):
+def first_batches(iterable, max_batches):
+    """The first ``max_batches`` items of ``iterable`` (all of them when None)."""
     return iterable if max_batches is None else itertools.islice(iterable, max_batches)
 
 
@@ -46,7 +49,7 @@ class Uint8Batches:
     a quarter of the float32 memory traffic, and the per-sample Python work of a Dataset disappears."""
 
     def __init__(self, X_uint8: torch.Tensor, y: torch.Tensor, batch_size: int, *, seed: int = 0):
-        _positive_int("batch_size", batch_size)
+        check_positive_int("batch_size", batch_size)
         if len(X_uint8) != len(y):
             raise ValueError(f"X and y must have the same length, got {len(X_uint8)} and {len(y)}")
         if X_uint8.dtype != torch.uint8:
@@ -85,7 +88,7 @@ def _rate(make_batches, epochs: int, max_batches: int | None, device: torch.devi
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         n, t0 = 0, time.perf_counter()
-        for X, _ in _first(batches, max_batches):
+        for X, _ in first_batches(batches, max_batches):
             X = X.to(device, non_blocking=True)
             n += len(X)
         if device.type == "cuda":
@@ -104,9 +107,9 @@ def feed_rates(root=None, *, subset: int | None = None, batch_size: int = 128, n
     (defaults: ``data.make_loader``, ``Uint8Batches``). Each row keeps every pass's rate (``repeats``)."""
     make = make or make_loader
     in_memory = in_memory or Uint8Batches
-    _positive_int("batch_size", batch_size)
-    _positive_int("epochs", epochs)
-    workers = _workers_list(num_workers)
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("epochs", epochs)
+    workers = workers_list(num_workers)
     cpu = torch.device("cpu")
     X_u8, y = raw_uint8(root, subset)
     X_f32 = X_u8.unsqueeze(1).float().div_(255.0).sub_(MEAN).div_(STD)

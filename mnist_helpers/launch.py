@@ -30,11 +30,12 @@ import tempfile
 import threading
 import time
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
-__all__ = ["LaunchError", "build_command", "torchrun"]
+__all__ = ["LaunchError", "LaunchOptions", "build_command", "torchrun"]
 
 # torchrun tees each worker's stdout/stderr to the console behind this prefix; ${rank} is global.
 RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
@@ -104,7 +105,7 @@ def build_command(module: str, args=(), nproc: int = 1, nnodes: int = 1, *, node
     return cmd + [str(a) for a in args]
 
 
-def _check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
+def check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
     """Resolve ``device`` and refuse (cuda) or warn (cpu) before launching more processes than fit."""
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {device!r}")
@@ -124,7 +125,7 @@ def _check_devices(device: str, nproc: int, gpus: int, suggest) -> str:
     return device
 
 
-def _device_note(asked: str, device: str, nproc: int, gpus: int) -> str:
+def device_note(asked: str, device: str, nproc: int, gpus: int) -> str:
     """Where the ``nproc`` processes run and why, in one line; :func:`torchrun` prints it as a shell comment
     at the end of the command it shows (so the line stays pasteable)."""
     where = ("cuda with nccl, one GPU per process" if device == "cuda"
@@ -132,7 +133,7 @@ def _device_note(asked: str, device: str, nproc: int, gpus: int) -> str:
     return f"{nproc} process(es) on {where}" + (", chosen by device='auto'" if asked == "auto" else "")
 
 
-def _root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, str]:
+def find_root_cause(output: str, error_file: Path) -> tuple[int | None, int | None, str]:
     """(global rank, exit code, exception + last traceback lines) of the first failing worker.
 
     torchrun copies the failing worker's ``@record`` error file to its own
@@ -208,7 +209,7 @@ def _headline(message: str, frames: list[str]) -> str:
     return "\n".join([message, *kept[-4:]])
 
 
-def _stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
+def stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
     """Stop torchrun and every process below it, politely first, then for certain.
 
     Unguarded (not Linux), after Ctrl-C in a terminal or Jupyter's interrupt, torchrun got the same
@@ -257,17 +258,35 @@ def _stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
             signal.signal(signal.SIGINT, previous)
 
 
-def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: float | None = None,
-             env: dict | None = None, *, node_rank=None, rdzv_endpoint=None, rdzv_id=None,
-             max_restarts: int = 0, local_addr=None, threads_per_proc: int | None = None,
-             out: str | Path | None = None, provision: bool = True, device: str = "auto",
-             echo: bool = True, extra_torchrun_args=()) -> dict | None:
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The settings of :func:`torchrun` that few runs change: several nodes meeting at a rendezvous (``nnodes``,
+    ``node_rank``, ``rdzv_endpoint`` ``HOST:PORT`` of node 0, ``rdzv_id``, ``local_addr``: :func:`build_command`
+    says what each does), where rank 0 writes its JSON (``out``; default a temporary file, read and removed) and
+    flags added to torchrun's own (``extra_torchrun_args``)::
+
+        torchrun(worker, args, nproc=1, options=LaunchOptions(nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}"))
+    """
+    nnodes: int = 1
+    node_rank: int | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    local_addr: str | None = None
+    out: str | Path | None = None
+    extra_torchrun_args: tuple[str, ...] = ()
+
+
+def torchrun(module: str, args=(), nproc: int = 1, timeout: float | None = None, env: dict | None = None, *,
+             threads_per_proc: int | None = None, device: str = "auto", provision: bool = True, echo: bool = True,
+             max_restarts: int = 0, options: LaunchOptions | None = None) -> dict | None:
     """Run ``module`` under torchrun, stream its output, return the JSON rank 0 wrote to ``--out``.
 
     Raises LaunchError when a worker fails (naming its rank and exception) or after ``timeout``
     seconds; on KeyboardInterrupt every process is stopped and the interrupt re-raised.
     ``env`` adds environment variables; ``threads_per_proc`` sets OMP_NUM_THREADS (default: the
     cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
+    ``provision=False`` skips fetching MNIST first; ``echo=False`` prints neither the command nor the workers' lines.
+    Several nodes, a results path of your own and extra torchrun flags: ``options`` (:class:`LaunchOptions`).
     ``max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
     command) unless ``env`` or the environment sets it: without it restarts often fail on torch 2.14
     (tests/test_restarts.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
@@ -281,12 +300,13 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
     # Launcher plumbing lives in a temporary folder, passed by environment so that the printed
     # command stays pasteable: torchrun's log files (PET_LOG_DIR is --log-dir; without it torchrun
     # leaves a /tmp/torchelastic_* folder behind per run) and torchrun's own error file.
-    results, args, auto = _results_path(args, out)
+    options = options or LaunchOptions()
+    results, args, auto = _results_path(args, options.out)
     tmp = tempfile.TemporaryDirectory(prefix="mnist_launch_")
     try:
-        opts = dict(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
-                    rdzv_id=rdzv_id, max_restarts=max_restarts, local_addr=local_addr,
-                    extra_torchrun_args=extra_torchrun_args)
+        opts = dict(nnodes=options.nnodes, node_rank=options.node_rank, rdzv_endpoint=options.rdzv_endpoint,
+                    rdzv_id=options.rdzv_id, max_restarts=max_restarts, local_addr=options.local_addr,
+                    extra_torchrun_args=options.extra_torchrun_args)
 
         def shown_env(n: int, dev: str) -> dict:
             """The variables that change the run, so they belong in the printed command."""
@@ -304,7 +324,7 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
             envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in shown_env(n, dev).items())
             return f"{envs} {shlex.join(build_command(module, args, n, **opts))}"
 
-        asked, device = device, _check_devices(device, nproc, gpus, as_shell)
+        asked, device = device, check_devices(device, nproc, gpus, as_shell)
         if provision:  # workers never download: fetch and verify MNIST once, here
             from mnist_helpers.data import ensure_mnist
             from mnist_helpers.paths import data_root
@@ -316,10 +336,10 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
                      "TORCHELASTIC_ERROR_FILE": str(error_file),
                      "PYTHONUNBUFFERED": "1"}  # torchrun echoes worker lines without flushing
         if echo:  # the command to paste, then where it runs (a shell comment: the line stays pasteable)
-            print("$", as_shell(nproc, device), " #", _device_note(asked, device, nproc, gpus), flush=True)
+            print("$", as_shell(nproc, device), " #", device_note(asked, device, nproc, gpus), flush=True)
         results.unlink(missing_ok=True)  # a file left by an earlier run must not pass as this one's
         lines, status = _run(command, child_env, timeout, echo, cleanup=tmp.name)
-        finished = _finished_then_aborted(status, "".join(lines), results)
+        finished = finished_then_aborted(status, "".join(lines), results)
         if finished is not None:
             ranks, data = finished
             print(f"note: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} aborted at interpreter "
@@ -327,7 +347,7 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
                   "run's results: gloo's threads at teardown (torch 2.14.1), not a failure of the run; the results "
                   "below are complete", flush=True)
             return data
-        _raise_on_failure(status, command, "".join(lines), error_file, timeout)
+        raise_on_failure(status, command, "".join(lines), error_file, timeout)
         return json.loads(results.read_text()) if results.is_file() else None
     finally:
         tmp.cleanup()
@@ -338,7 +358,7 @@ def torchrun(module: str, args=(), nproc: int = 1, nnodes: int = 1, timeout: flo
 _EXIT_ABORT = "terminate called without an active exception"
 
 
-def _finished_then_aborted(status, output: str, results: Path) -> tuple[list[int], dict] | None:
+def finished_then_aborted(status, output: str, results: Path) -> tuple[list[int], dict] | None:
     """(aborted ranks, results) when the run finished and its only failure is gloo's abort at interpreter exit.
 
     On torch 2.14.1 a gloo worker that has finished sometimes dies at interpreter shutdown with C++'s "terminate
@@ -370,14 +390,14 @@ def _finished_then_aborted(status, output: str, results: Path) -> tuple[list[int
         return None
 
 
-def _raise_on_failure(status, command, output: str, error_file: Path, timeout) -> None:
+def raise_on_failure(status, command, output: str, error_file: Path, timeout) -> None:
     """Raise LaunchError after a timeout or a non-zero exit, naming the rank that failed first."""
     if status == "timeout":
         raise LaunchError(f"torchrun timed out after {timeout:g} s; all its processes were stopped."
                           f"\nCommand: {shlex.join(command)}", command=command, output=output,
                           root_cause=f"timed out after {timeout:g} s")
     if status != 0:
-        rank, code, cause = _root_cause(output, error_file)
+        rank, code, cause = find_root_cause(output, error_file)
         who = f"rank {rank}" if rank is not None else "torchrun"
         head = f"{who} failed (exit code {code if code is not None else status})"
         if cause.startswith("error: "):  # an expected error (mnist_helpers.errors): its message comes first
@@ -398,7 +418,7 @@ def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
     for i, a in enumerate(args):
         if a == "--out" or a.startswith("--out="):
             if out is not None:
-                raise ValueError("give the results path as out= or as --out in args, not both")
+                raise ValueError("give the results path as LaunchOptions(out=...) or as --out in args, not both")
             return Path(a.split("=", 1)[1] if "=" in a else args[i + 1]), args, False
     auto = out is None
     if auto:
@@ -408,6 +428,17 @@ def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
 
 
 GUARDED = sys.platform.startswith("linux")  # prctl: see mnist_helpers/tools/reaper.py
+# the folder that holds the package: a fresh ``python -c`` child finds it there even where it is not installed
+PACKAGE_ROOT = Path(__file__).resolve().parents[1]
+
+
+def child_env(*first) -> dict:
+    """This process's environment for a fresh Python child (``python -c``, ``python -m``), with the folders ``first``
+    at the front of its ``PYTHONPATH``, then the package's root, then the ``PYTHONPATH`` already set. The lessons that
+    run a probe in a fresh interpreter (06's CUDA-initialiser search, 12's ``mp.spawn`` from a ``__main__`` without a
+    file) start it with this."""
+    path = (*first, PACKAGE_ROOT, os.environ.get("PYTHONPATH"))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in path if p)}
 
 
 def popen_guarded(command: list[str], cleanup: str | None = None, **kwargs) -> subprocess.Popen:
@@ -431,7 +462,7 @@ def run_guarded(command: list[str], timeout: float, **kwargs) -> subprocess.Comp
     try:
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        _stop_tree(proc)
+        stop_tree(proc)
         raise
     return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
@@ -454,7 +485,7 @@ def _run(command, env, timeout, echo, cleanup=None):
     try:
         while True:
             if deadline is not None and time.monotonic() > deadline:
-                _stop_tree(proc)
+                stop_tree(proc)
                 status = "timeout"
                 deadline = None  # keep draining the last lines until the pipe closes
             try:
@@ -472,7 +503,7 @@ def _run(command, env, timeout, echo, cleanup=None):
                 sys.stdout.flush()
     except BaseException as exc:  # KeyboardInterrupt above all: no worker may outlive the cell
         # guarded, torchrun runs in another session and did not see the interrupt: no need to wait for it
-        _stop_tree(proc, interrupted=isinstance(exc, KeyboardInterrupt) and not GUARDED)
+        stop_tree(proc, interrupted=isinstance(exc, KeyboardInterrupt) and not GUARDED)
         raise
     proc.wait()
     reader.join(timeout=5)

@@ -57,7 +57,7 @@ CUDA_MIN_BLOCK_S = 0.2
 
 
 @contextlib.contextmanager
-def _cuda_math(mode: str, device: torch.device):
+def cuda_math(mode: str, device: torch.device):
     """Set ``torch.backends.cudnn.allow_tf32`` and ``torch.backends.cuda.matmul.allow_tf32`` for ``mode`` on CUDA
     (see ``CUDA_TF32``), restored afterwards; nothing on a CPU."""
     if device.type != "cuda" or mode not in CUDA_TF32:
@@ -143,7 +143,7 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
     def steps(run, n):
         scaler = run["tr"].scaler
         before = scaler.get_scale() if scaler else None
-        with _cuda_math(run["mode"], device):
+        with cuda_math(run["mode"], device):
             stats = train_one_epoch(run["tr"], itertools.islice(run["data"], n), run["cfg"])
         if scaler and scaler.get_scale() < before:  # GradScaler halves the scale when it skips a step
             run["skipped"] += 1
@@ -168,14 +168,14 @@ def compare_precisions(modes=("fp32", "bf16"), *, X, y, X_test=None, y_test=None
                "block_images_per_s": list(run["speeds"])}
         if memory:
             batch = next(run["data"])  # a copy taken outside the measurement: the dataset is not counted
-            with _cuda_math(mode, device):
+            with cuda_math(mode, device):
                 rep = peak_memory(lambda: train_one_epoch(run["tr"], [batch], run["cfg"]), device)
             row.update(peak_mib=rep.mib("peak"), persistent_mib=rep.mib("persistent"),
                        transient_mib=rep.mib("transient"), memory_method=rep.method,
                        **{f"{k}_mib": v / MiB for k, v in rep.by_category.items()})
         row["skipped_steps"] = run["skipped"]
         if X_test is not None:
-            with _cuda_math(mode, device):
+            with cuda_math(mode, device):
                 ev = evaluate(run["tr"].model, X_test.to(device), y_test.to(device), 1000, amp, channels_last)
             row["test_acc"] = ev["acc"]
         if device.type == "cuda":
@@ -231,7 +231,8 @@ def amp_verdict(gains) -> str:
 
 # --------------------------------------------------------------------------- gradient accumulation
 
-def _grads(model) -> torch.Tensor:
+def flat_grads(model) -> torch.Tensor:
+    """Every parameter's gradient, flattened into one float32 vector (parameters without one left out)."""
     return torch.cat([p.grad.detach().flatten().float() for p in model.parameters() if p.grad is not None])
 
 
@@ -244,7 +245,7 @@ def accumulated_gradients(model_name: str, X: torch.Tensor, y: torch.Tensor, gra
     tr = build_training(cfg, X.device, steps_per_epoch=1)
     tr.optimizer.step = lambda *a, **k: None  # keep the weights: we want the gradient of the same point
     train_one_epoch(tr, [(X, y)], cfg)
-    return _grads(tr.model)
+    return flat_grads(tr.model)
 
 
 def accumulation_memory(k_values=(1, 2, 4, 8), *, X: torch.Tensor, y: torch.Tensor, model: str = "net",

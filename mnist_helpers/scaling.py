@@ -355,7 +355,7 @@ def restart_trial(rendezvous: str, share_off: str | None, *, nproc: int = 2, tim
     import time
     from pathlib import Path
 
-    from mnist_helpers.launch import _stop_tree, popen_guarded
+    from mnist_helpers.launch import popen_guarded, stop_tree
 
     with tempfile.TemporaryDirectory(prefix="mnist_restart_") as tmp:
         out = Path(tmp) / "out.json"
@@ -371,7 +371,7 @@ def restart_trial(rendezvous: str, share_off: str | None, *, nproc: int = 2, tim
             text, _ = proc.communicate(timeout=timeout)
             code = proc.returncode
         except subprocess.TimeoutExpired:
-            _stop_tree(proc)
+            stop_tree(proc)
             text, code = (proc.stdout.read() if proc.stdout else ""), "timeout"
         seconds = time.monotonic() - t0
         result = json.loads(out.read_text()) if out.is_file() else None

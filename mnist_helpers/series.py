@@ -103,11 +103,9 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`DistributedSampler`, `DDP(...)`, `set_epoch`, exact evaluation, a rank-0 checkpoint; every change marked; '
                "a world of one under plain python) and launch it with torchrun from the next cell, then edit and relaunch it; all-reduce by hand vs DDP's hooks; a "
                'fork launcher as on Kaggle/Colab (spawn from a file on macOS), the CUDA-before-fork error and the call that '
-               'caused it (`is_available()` included); '
-               '`mp.spawn` from a notebook; the `--local_rank` bug; seeding; SyncBatchNorm; exact validation; '
-               "backends; DP vs DDP (2+ GPUs); appendix: the series' worker progression and the article's 5.2 script"),
-        quick='113-165 s',
-        full=('4.3-6.4 min (quiet EPYC, with AVX-512 and AVX2-only, 2026-12-06)'),
+               'caused it (`is_available()` included); the article\'s other DDP details: the appendix, 12'),
+        quick='34-64 s (EPYC with AVX-512, 2026-12-07, other jobs beside it: load average 2-9)',
+        full=('4.0 min (EPYC with AVX-512, 2026-12-07, not quiet: load average 2.5-6.7)'),
         gpu='not measured yet'),
     Notebook(
         "07", "scaling_and_multinode", 'scaling and multi-node', "l07_scaling", core=True,
@@ -144,14 +142,16 @@ NOTEBOOKS: tuple[Notebook, ...] = (
         gpu='not measured yet'),
     Notebook(
         "10", "speedrun", 'speedrun', "l10_speedrun", core=False,
-        learn=('time-to-accuracy measured on training time only (compile time apart; the stopping point is still '
-               'picked on the test set, see its header); the chain from the '
+        learn=("the field's speedrun protocol: schedules fixed in advance, the test set scored once at the end, the "
+               'mean final accuracy over seeds, training time only (compilation and evaluation apart); the '
+               'first-crossing reading of the same runs beside it, and why it is optimistic; the chain from the '
                "article's recipe to the fastest (in-memory tensors, OneCycle, a smaller net, pooling before "
-               'BatchNorm, a strided first layer, batch 64, bf16 + `channels_last`, `torch.compile`, CUDA graphs), '
-               "each step's resource level; the recipe in one `hyp` cell and the 99.5% ladder (wider, longer, "
-               'shifted images); which of bf16, `channels_last` and `torch.compile` pays on *your* CPU, measured and'
-               " chosen (`speedrun.choose_settings`); FLOPs per image against this machine's measured peak; the "
-               '5-seed benchmark and committed references, the whole ladder on an H200'),
+               'BatchNorm, a strided first layer, batch 64, test-time shifts, bf16 + `channels_last`, '
+               "`torch.compile`, CUDA graphs), each step's resource level; the recipe in one `hyp` cell and the "
+               "99.5% ladder (wider, longer, shifted images); which of bf16, `channels_last` and `torch.compile` "
+               "pays on *your* CPU, measured and chosen (`speedrun.choose_settings`); FLOPs per image against this "
+               "machine's measured peak; the 10-seed benchmark `scripts/bench_speedrun.py` with the article's "
+               'recipe in the same run, and the committed references'),
         quick='29-103 s',
         full=('17-18 min (quiet, EPYC; `make full NB=10`), 35 min on an evening the same VM ran slower; '
               "the 5-seed benchmark `scripts/bench_time_to_accuracy.py`: 20 min with 4 seeds of the article's "
@@ -168,6 +168,17 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                '`torch.compile(DDP(model))`; pipelining under a timeout'),
         quick='36-80 s',
         full=('3.3-5.4 min (quiet, EPYC; 5.4 min AVX2-only)'),
+        gpu='not measured yet'),
+    Notebook(
+        "12", "ddp_in_depth", 'DDP in depth (the appendix to 06)', "l12_ddp_in_depth", core=False,
+        learn=("the article's other DDP details, each run: its `--local_rank` argument under torchrun and what "
+               'torchrun sets instead; `DistributedSampler` and `set_epoch` over all 60,000 images with 2 and 3 '
+               'processes; seeding (DDP equalises the weights, one seed repeats the augmentation); SyncBatchNorm vs '
+               'BatchNorm against one process; validation three ways, counted and timed; what `init_process_group` '
+               "needs, NCCL vs gloo; DP vs DDP (2+ GPUs); the series' worker progression started with `mp.spawn` and "
+               "torchrun; the article's 5.2 script as written; `mp.spawn` of a notebook function"),
+        quick='66-102 s (EPYC with AVX-512, 2026-12-07, other jobs beside it: load average 2-6)',
+        full=('3.5 min (EPYC with AVX-512, 2026-12-07, not quiet: load average 6.7-9.3)'),
         gpu='not measured yet'),
 )
 BY_ID = {nb.nn: nb for nb in NOTEBOOKS}

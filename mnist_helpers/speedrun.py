@@ -51,6 +51,7 @@ and ``display`` for the tables.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import shutil
@@ -66,7 +67,7 @@ from torch.nn import functional as F
 
 from mnist_helpers.data import TensorBatches, load_mnist, release_workers
 from mnist_helpers.display import show, table
-from mnist_helpers.models import MODELS, build_model
+from mnist_helpers.models import MODELS, build_model, flops_per_image
 from mnist_helpers.resources import isolate_compile_cache
 from mnist_helpers.saved import hyp as HYP  # notebook 10's hyp cell (#@save): the source of the recipes below
 from mnist_helpers.saved import hyp_995 as _HYP_995_WHOLE
@@ -75,6 +76,8 @@ from mnist_helpers.train import (AMP_DTYPES, TrainConfig, evaluate, make_train_b
                                  select_device, synchronize, train_step)
 
 LEVELS = ("hardware", "framework", "task")
+PROTOCOL = "fixed-schedule"       # the field's: a schedule fixed in advance, the test set scored once at the end
+FIRST_CROSSING = "first crossing (optimistic)"  # the earlier one: the first evaluation at or above a target
 DATA_PATHS = ("dataloader", "tensors", "device")
 
 
@@ -105,6 +108,8 @@ class Recipe:
     cuda_graphs: bool = False               # capture the whole training step in a CUDA graph (GPU only)
     eval_every_steps: int = 50              # default evaluation interval in optimizer steps
     translate: int = 0                      # augmentation: shift each image by up to this many pixels (0: none)
+    ema: float = 0.0                        # evaluate an exponential moving average of the weights (its decay; 0: no)
+    tta: int = 0                            # test-time augmentation: also score each image shifted by this many pixels
 
     def __post_init__(self):
         self.validate()
@@ -132,6 +137,10 @@ class Recipe:
             raise ValueError(f"amp must be one of {', '.join(AMP_DTYPES)}; got {self.amp!r}")
         if not isinstance(self.translate, int) or isinstance(self.translate, bool) or not 0 <= self.translate <= 6:
             raise ValueError(f"translate must be an integer number of pixels in 0..6, got {self.translate!r}")
+        if not isinstance(self.tta, int) or isinstance(self.tta, bool) or not 0 <= self.tta <= 3:
+            raise ValueError(f"tta must be an integer number of pixels in 0..3 (0: none), got {self.tta!r}")
+        if not (isinstance(self.ema, (int, float)) and 0 <= self.ema < 1):
+            raise ValueError(f"ema must be a decay in [0, 1) (0: no average), e.g. 0.99; got {self.ema!r}")
         if self.translate and self.data == "dataloader":
             raise ValueError("translate augments in-memory tensors: use data='tensors' or 'device'")
         if self.cuda_graphs and not (self.data == "device" and self.drop_last):
@@ -154,7 +163,8 @@ class Recipe:
 
 ARTICLE = Recipe(
     name="article", change="the article's recipe: torchvision DataLoader (per-sample ToTensor + Normalize, "
-    "4 workers, pin_memory), Net, Adam lr 1e-3, batch 128", levels=("task",), eval_every_steps=50)
+    "4 workers, pin_memory), Net, Adam lr 1e-3, batch 128, its 5 epochs", levels=("task",), num_epochs=5.0,
+    eval_every_steps=50)
 
 
 def chain(device: str | torch.device = "cpu") -> list[Recipe]:
@@ -193,6 +203,8 @@ def chain(device: str | torch.device = "cpu") -> list[Recipe]:
         add(name=f"batch{HYP['batch_size']}", change=f"batch {HYP['batch_size']} (twice the updates per epoch) and a "
             f"{HYP['num_epochs']:g}-epoch OneCycle horizon", levels=("task",), batch_size=HYP["batch_size"],
             num_epochs=HYP["num_epochs"], eval_every_steps=6000 // HYP["batch_size"])
+    add(name="tta", change=f"test-time shifts: each test image also scored moved {HYP['tta']} px up, down, left and "
+        "right, the log-probabilities summed (evaluation only: no training time)", levels=("task",), tta=HYP["tta"])
     add(name="bf16", change="channels_last memory format + bfloat16 autocast", levels=("framework", "task"),
         channels_last=True, amp="bf16")
     add(name="compile", change="torch.compile (kernel fusion; compile time reported apart)",
@@ -296,7 +308,7 @@ def recipes(device: str | torch.device = "cpu", choice: dict | None = None) -> d
 # the DataLoader's workers and the wording are not among them.
 CLAIM_RECIPES = {"10.speedrun_99": "fast", "10.speedrun_995": "fast995"}
 RECIPE_FIELDS = ("model", "width", "data", "batch_size", "drop_last", "optimizer", "lr", "weight_decay", "scheduler",
-                 "num_epochs", "label_smoothing", "translate")
+                 "num_epochs", "label_smoothing", "translate", "ema", "tta")
 
 
 def recipe_changes(recorded: dict, device: str | torch.device = "cpu") -> list[str] | None:
@@ -493,6 +505,13 @@ def _choose_settings(device, candidates, *, block_s, blocks, margin) -> dict:
               "block_s": block_s, "blocks": blocks, **_measured_on(base), "margin": margin,
               "device_type": device.type}
     return result
+
+
+def choice_table(result: dict) -> pd.DataFrame:
+    """:func:`choose_settings`'s rows as a DataFrame, fastest first."""
+    cols = ["setting", "images_per_s", "iqr_images_per_s", "vs_float32_eager", "setup_s", "chosen", "status", "error"]
+    rows = sorted(result["rows"], key=lambda r: -(r.get("images_per_s") or 0))
+    return table([{c: r.get(c) for c in cols} for r in rows])
 
 
 def pick_setting(rows: list[dict], margin: float = 0.05) -> tuple[dict, str]:
@@ -703,13 +722,275 @@ def _reset(model, opt, init_state):
                     v.zero_()
 
 
+@dataclass
+class _Run:
+    """One training run's state, shared by its phases: :func:`_prepare` builds it, :func:`_warm_up` compiles or
+    captures and resets it, :func:`_schedule` walks its batches, :meth:`train_on` takes one step."""
+
+    recipe: Recipe
+    device: torch.device
+    seed: int
+    batches: object
+    X_test: torch.Tensor
+    y_test: torch.Tensor
+    model: nn.Module
+    opt: object
+    forward: nn.Module
+    total_steps: int
+    init_state: dict
+    wall0: float
+    notes: list = dataclasses.field(default_factory=list)
+    aug_gen: torch.Generator | None = None
+    averaged: nn.Module | None = None   # the weight average (recipe.ema), evaluated instead of the model
+    graph: object = None                 # a captured CUDA graph of the whole step (recipe.cuda_graphs)
+    static: tuple | None = None          # its input tensors
+    setup_s: float = 0.0
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.batches)
+
+    def lr_at(self, step: int) -> float:
+        r = self.recipe
+        return onecycle_lr(step, self.total_steps, r.lr) if r.scheduler == "onecycle" else r.lr
+
+    def prep(self, X, y):
+        X = X.to(self.device, non_blocking=True)
+        y = y.to(self.device, non_blocking=True)
+        if self.recipe.translate:
+            X = random_translate(X, self.recipe.translate, self.aug_gen)
+        if self.recipe.channels_last:
+            X = X.contiguous(memory_format=torch.channels_last)
+        return X, y
+
+    def do_step(self, X, y):  # the core's step on `forward` (compiled or not); a captured graph keeps grads in place
+        r = self.recipe
+        return train_step(self.forward, self.opt, X, y, amp=r.amp, label_smoothing=r.label_smoothing,
+                          set_to_none=not r.cuda_graphs)
+
+    def train_on(self, X, y, step: int) -> None:
+        """One optimizer step at ``step`` of the schedule (its learning rate), then the weight average's update."""
+        _set_lr(self.opt, self.lr_at(step))
+        X, y = self.prep(X, y)
+        if self.graph is not None:
+            self.static[0].copy_(X, non_blocking=True)
+            self.static[1].copy_(y, non_blocking=True)
+            self.graph.replay()
+        else:
+            self.do_step(X, y)
+        if self.averaged is not None:
+            _update_average(self.averaged, self.model, self.recipe.ema, step)
+
+    def evaluated_model(self) -> nn.Module:
+        """The weights the test set scores: the average (its BatchNorm statistics the model's) or the model."""
+        if self.averaged is None:
+            return self.model
+        with torch.no_grad():
+            for a, b in zip(self.averaged.buffers(), self.model.buffers()):
+                a.copy_(b)
+        return self.averaged
+
+
+def _update_average(averaged: nn.Module, model: nn.Module, decay: float, step: int) -> None:
+    """An exponential moving average of the weights, with the usual warm-up (``min(decay, (1+t)/(10+t))``, as
+    timm's ModelEmaV2 and Polyak averaging do), so that the first steps' weights do not dominate it."""
+    d = min(decay, (1 + step) / (10 + step))
+    with torch.no_grad():
+        torch._foreach_lerp_(list(averaged.parameters()), list(model.parameters()), 1 - d)
+
+
+def _check_toolchain(recipe: Recipe, device: torch.device) -> None:
+    reason = skip_reason(recipe, device)
+    if recipe.requires_cuda and reason:
+        raise ValueError(f"recipe {recipe.name!r} cannot run on {device}: {reason}")
+    if recipe.compile and device.type == "cpu":
+        if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
+            raise ValueError("torch.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
+                             "install one or drop compile from the recipe")
+
+
+def _prepare(recipe: Recipe, device: torch.device, seed: int, *, subset=None, test_subset=None, max_steps=None,
+             data_root=None) -> _Run:
+    """Set-up (wall time, not training time): the data, the test set, the model, the optimizer, the schedule's
+    length (``recipe.num_epochs`` of the data, or ``max_steps`` if fewer)."""
+    _check_toolchain(recipe, device)
+    wall0 = time.perf_counter()
+    batches = _train_batches(recipe, device, seed, subset, data_root)
+    _, _, X_test, y_test = load_mnist(data_root, device=device, subset=(1, test_subset or 10000))
+    total_steps = max(1, int(round(recipe.num_epochs * len(batches))))
+    if max_steps is not None:
+        total_steps = min(total_steps, max_steps)
+    seed_everything(seed)
+    model = build_model(recipe.model, recipe.width).to(device)
+    if recipe.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
+    init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    run = _Run(recipe, device, seed, batches, X_test, y_test, model, opt,
+               forward=_compiled(model) if recipe.compile else model, total_steps=total_steps,
+               init_state=init_state, wall0=wall0)
+    if recipe.translate:
+        run.aug_gen = torch.Generator(device=device).manual_seed(seed)
+    if recipe.ema:
+        run.averaged = copy.deepcopy(model)
+    return run
+
+
+def _capture(run: _Run):
+    """The whole training step captured once as a CUDA graph (three steps on a side stream first, then a reset)."""
+    static_X, static_y = run.static
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            run.do_step(static_X, static_y)
+    torch.cuda.current_stream().wait_stream(side)
+    _reset(run.model, run.opt, run.init_state)  # zero the state before capture so the graph sees the real tensors
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        run.do_step(static_X, static_y)
+    return g
+
+
+def _warm_up(run: _Run) -> None:
+    """oneDNN/cuDNN primitives, compilation, CUDA-graph capture on two batches, then back to the initial weights and
+    an empty optimizer state; the time goes to ``run.setup_s``, never to training. A compiled step that fails (or
+    will not capture) falls back to the eager one, said in ``run.notes``."""
+    t0 = time.perf_counter()
+    warm = [run.prep(X, y) for X, y in _take(run.batches, 2)]
+    if run.recipe.cuda_graphs:
+        run.static = (warm[0][0].clone(), warm[0][1].clone())
+        try:
+            run.graph = _capture(run)
+        except Exception as e:  # a compiled model that will not capture: capture the eager one
+            if not run.recipe.compile:
+                raise
+            run.notes.append(f"capturing the compiled step failed ({type(e).__name__}: {str(e)[:200]}); "
+                             "captured the eager step instead")
+            torch.cuda.synchronize(run.device)
+            run.forward = run.model
+            run.graph = _capture(run)
+        _set_lr(run.opt, run.lr_at(0))
+    else:
+        try:  # evaluation runs the eager model, so only the training graph is compiled
+            for X, y in warm + warm:
+                run.do_step(X, y)
+        except Exception as e:  # seen: compiled SpeedNet under ATEN_CPU_CAPABILITY=avx2 (torch 2.14.1), AVX-512 CPU
+            if not run.recipe.compile:
+                raise
+            run.notes.append(f"the compiled step failed here ({type(e).__name__}: {str(e)[:200]}); trained the "
+                             "eager model instead")
+            run.forward = run.model
+            _reset(run.model, run.opt, run.init_state)
+            for X, y in warm + warm:
+                run.do_step(X, y)
+    if run.device.type == "cuda":
+        torch.cuda.synchronize(run.device)
+    _reset(run.model, run.opt, run.init_state)
+    if run.averaged is not None:
+        run.averaged.load_state_dict(run.model.state_dict())
+    run.setup_s = time.perf_counter() - t0
+
+
+def _schedule(run: _Run):
+    """The schedule's batches, epoch after epoch (each reshuffled), ``run.total_steps`` of them: yields (step, X,
+    y). The DataLoader's workers are released when the walk ends (outside any timed segment: the caller's timer
+    is stopped before it asks for the end)."""
+    step, epoch, it = 0, 0, None
+    try:
+        while step < run.total_steps:
+            epoch += 1
+            if hasattr(run.batches, "set_epoch"):
+                run.batches.set_epoch(epoch)
+            it = iter(run.batches)  # a persistent DataLoader hands back its one iterator, reset
+            for X, y in it:
+                if step >= run.total_steps:
+                    break
+                yield step, X, y
+                step += 1
+    finally:
+        if it is not None:
+            release_workers(it)  # data.release_workers: why
+
+
+def evaluate_tta(model: nn.Module, X: torch.Tensor, y: torch.Tensor, shift: int = 0, batch_size: int = 2000,
+                 amp: str = "none", channels_last: bool = False) -> dict:
+    """Test accuracy with test-time augmentation: the log-probabilities of each image and of its copies moved by
+    ``shift`` pixels up, down, left and right (background fills in; no flips, digits are not symmetric), summed.
+    ``shift=0`` is plain :func:`train.evaluate`. Returns ``{"correct", "count", "acc"}``."""
+    if not shift:
+        ev = evaluate(model, X, y, batch_size, amp, channels_last)
+        return {"correct": ev["correct"], "count": ev["count"], "acc": ev["acc"]}
+    model.eval()
+    dtype = AMP_DTYPES[amp]
+    background = float(X.min())
+    moves = ((0, 0), (shift, 0), (-shift, 0), (0, shift), (0, -shift))
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(X), batch_size):
+            Xb, yb = X[start:start + batch_size], y[start:start + batch_size]
+            h, w = Xb.shape[-2:]
+            padded = F.pad(Xb, (shift,) * 4, value=background)
+            total = None
+            for dy, dx in moves:
+                view = padded[..., shift + dy:shift + dy + h, shift + dx:shift + dx + w]
+                if channels_last:
+                    view = view.contiguous(memory_format=torch.channels_last)
+                with torch.autocast(X.device.type, dtype=dtype, enabled=dtype is not None):
+                    out = model(view).float()
+                total = out if total is None else total + out
+            correct += int((total.argmax(1) == yb).sum())
+    return {"correct": correct, "count": len(X), "acc": correct / max(len(X), 1)}
+
+
+def fixed_schedule(recipe: Recipe, seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
+                   test_subset: int | None = None, max_steps: int | None = None, data_root=None) -> dict:
+    """The field's speedrun protocol, one run: train ``recipe`` for its whole schedule (``num_epochs``, fixed before
+    it runs), *then* score the test set once (the first ``test_subset`` images; None: all 10,000), with the weight
+    average (``recipe.ema``) and test-time shifts (``recipe.tta``) when the recipe has them. Nothing looks at the
+    test set during training, so nothing can stop on it (airbench, hlb-CIFAR10: a recipe reaches a target when the
+    *mean* final accuracy over many seeds does; see :func:`protocol_rows`).
+
+    Returns ``recipe``, ``seed``, ``device``, ``protocol`` ("fixed-schedule"), ``final_acc``, ``train_s`` (the
+    schedule's training time: CUDA events on a GPU, the average's updates included), ``setup_s`` (warm-up,
+    compilation, capture: apart), ``eval_s`` (the one evaluation, test-time shifts included: apart), ``wall_s``,
+    ``steps``, ``images``, ``images_per_s``, ``num_epochs``, ``test_count``, ``notes``."""
+    device = select_device(device) if isinstance(device, str) else device
+    run = _prepare(recipe, device, seed, subset=subset, test_subset=test_subset, max_steps=max_steps,
+                   data_root=data_root)
+    _warm_up(run)
+    timer = TrainTimer(device)
+    steps = images = 0
+    run.model.train()
+    timer.start()
+    walk = _schedule(run)
+    for step, X, y in walk:
+        run.train_on(X, y, step)
+        steps, images = step + 1, images + len(y)
+        if steps >= run.total_steps:
+            break
+    train_s = timer.stop()
+    walk.close()  # releases the DataLoader's workers, outside the training time
+    t_eval = time.perf_counter()
+    ev = evaluate_tta(run.evaluated_model(), run.X_test, run.y_test, recipe.tta, 2000, recipe.amp,
+                      recipe.channels_last)
+    eval_s = time.perf_counter() - t_eval
+    return {"recipe": recipe.name, "seed": seed, "device": str(device), "protocol": PROTOCOL,
+            "final_acc": ev["acc"], "train_s": train_s, "setup_s": run.setup_s, "eval_s": eval_s,
+            "wall_s": time.perf_counter() - run.wall0, "steps": steps, "images": images,
+            "images_per_s": images / train_s if train_s > 0 else float("nan"), "num_epochs": recipe.num_epochs,
+            "compute_dtype": "bfloat16" if recipe.amp == "bf16" else "float16" if recipe.amp == "fp16" else "float32",
+            "test_count": ev["count"], "notes": run.notes}
+
+
 def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
                      seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
                      test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
                      num_epochs: float | None = None, fine_every_steps: int | None = None,
                      fine_margin: float = 0.005,
                      data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
-    """Train ``recipe`` once and report when each accuracy target was first reached.
+    """The *first-crossing* measurement (optimistic: the test set picks the stopping point; :func:`fixed_schedule`
+    is the field's protocol): train ``recipe`` once and report when each accuracy target was first reached.
 
     Evaluates on the test set (the first ``test_subset`` images; None: all 10,000) every ``eval_every_steps``
     optimizer steps (None: the recipe's default) and at the end. Stops when every target is reached
@@ -739,169 +1020,69 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
     if not 0 <= fine_margin < 1:
         raise ValueError(f"fine_margin must be an accuracy gap in [0, 1), e.g. 0.005; got {fine_margin!r}")
     device = select_device(device) if isinstance(device, str) else device
-    reason = skip_reason(recipe, device)
-    if recipe.requires_cuda and reason:
-        raise ValueError(f"recipe {recipe.name!r} cannot run on {device}: {reason}")
-    if recipe.compile and device.type == "cpu":
-        if not (shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")):
-            raise ValueError("torch.compile on a CPU needs a C++ compiler (g++ or clang++) on PATH; "
-                             "install one or drop compile from the recipe")
-    notes: list[str] = []
-    wall0 = time.perf_counter()
-
-    # --- set-up (in wall time, not in training time)
-    batches = _train_batches(recipe, device, seed, subset, data_root)
-    _, _, X_test, y_test = load_mnist(data_root, device=device, subset=(1, test_subset or 10000))
-    steps_per_epoch = len(batches)
-    total_steps = max(1, int(round(recipe.num_epochs * steps_per_epoch)))
-    if max_steps is not None:
-        total_steps = min(total_steps, max_steps)
-    seed_everything(seed)
-    model = build_model(recipe.model, recipe.width).to(device)
-    if recipe.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    opt = _make_optimizer(recipe, model, capturable=recipe.cuda_graphs)
-    init_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    forward = _compiled(model) if recipe.compile else model
-
-    def lr_at(step):
-        return onecycle_lr(step, total_steps, recipe.lr) if recipe.scheduler == "onecycle" else recipe.lr
-
-    aug_gen = torch.Generator(device=device).manual_seed(seed) if recipe.translate else None
-
-    def prep(X, y):
-        X = X.to(device, non_blocking=True)
-        y = y.to(device, non_blocking=True)
-        if recipe.translate:
-            X = random_translate(X, recipe.translate, aug_gen)
-        if recipe.channels_last:
-            X = X.contiguous(memory_format=torch.channels_last)
-        return X, y
-
-    def do_step(X, y):  # the core's step on `forward` (compiled or not); a captured graph keeps the grads in place
-        return train_step(forward, opt, X, y, amp=recipe.amp, label_smoothing=recipe.label_smoothing,
-                          set_to_none=not recipe.cuda_graphs)
-
-    # --- warm-up: oneDNN/cuDNN primitives, compilation, CUDA-graph capture; then reset to the initial state
-    t_setup = time.perf_counter()
-    warm = [prep(X, y) for X, y in _take(batches, 2)]
-    graph = None
-    if recipe.cuda_graphs:
-        static_X, static_y = warm[0][0].clone(), warm[0][1].clone()
-
-        def capture():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(3):
-                    do_step(static_X, static_y)
-            torch.cuda.current_stream().wait_stream(side)
-            _reset(model, opt, init_state)  # zero the state before capture so the graph sees the real tensors
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                do_step(static_X, static_y)
-            return g
-
-        try:
-            graph = capture()
-        except Exception as e:  # a compiled model that will not capture: fall back to capturing the eager one
-            if not recipe.compile:
-                raise
-            notes.append(f"capturing the compiled step failed ({type(e).__name__}: {str(e)[:200]}); "
-                         "captured the eager step instead")
-            torch.cuda.synchronize(device)
-            forward = model
-            graph = capture()
-        _set_lr(opt, lr_at(0))
-    else:
-        def warm_up():  # evaluation runs the eager model, so only the training graph is compiled
-            for X, y in warm + warm:
-                do_step(X, y)
-
-        try:
-            warm_up()
-        except Exception as e:  # seen: compiled SpeedNet under ATEN_CPU_CAPABILITY=avx2 (torch 2.14.1), AVX-512 CPU
-            if not recipe.compile:
-                raise
-            notes.append(f"the compiled step failed here ({type(e).__name__}: {str(e)[:200]}); trained the eager "
-                         "model instead")
-            forward = model
-            _reset(model, opt, init_state)
-            warm_up()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    _reset(model, opt, init_state)
-    setup_s = time.perf_counter() - t_setup
-    del warm
-
-    # --- the timed run
+    run = _prepare(recipe, device, seed, subset=subset, test_subset=test_subset, max_steps=max_steps,
+                   data_root=data_root)
+    _warm_up(run)
     timer = TrainTimer(device)
-    reached: dict[str, dict | None] = {f"{t:g}": None for t in targets}
-    evals: list[dict] = []
-    step = images = since = 0
-    epoch = 0
-    done = False
-
-    def do_eval():
-        train_s = timer.stop()
-        acc = evaluate(model, X_test, y_test, 2000, recipe.amp, recipe.channels_last)["acc"]
-        row = {"step": step, "images": images, "epochs": step / steps_per_epoch, "train_s": train_s,
-               "wall_s": time.perf_counter() - wall0, "acc": acc}
-        evals.append(row)
-        for t in targets:
-            if reached[f"{t:g}"] is None and acc >= t:
-                reached[f"{t:g}"] = dict(row)
-        if on_eval:
-            on_eval(row)
-        model.train()
-        hits = [v is not None for v in reached.values()]
-        return {"all": all(hits), "first": any(hits), "never": False}[stop_when]
-
-    model.train()
+    curve = _Curve(run, timer, targets, stop_when, on_eval)
+    steps = images = since = 0
+    run.model.train()
     timer.start()
-    while not done:
-        epoch += 1
-        if hasattr(batches, "set_epoch"):
-            batches.set_epoch(epoch)
-        it = iter(batches)
-        for X, y in it:
-            if step >= total_steps:
+    walk = _schedule(run)
+    for step, X, y in walk:
+        run.train_on(X, y, step)
+        steps, images, since = step + 1, images + len(y), since + 1
+        if since >= (fine if curve.near(fine_margin) else every) or steps >= run.total_steps:
+            since = 0
+            if curve.evaluate(steps, images):
                 break
-            _set_lr(opt, lr_at(step))
-            X, y = prep(X, y)
-            if graph is not None:
-                static_X.copy_(X, non_blocking=True)
-                static_y.copy_(y, non_blocking=True)
-                graph.replay()
-            else:
-                do_step(X, y)
-            step += 1
-            since += 1
-            images += len(y)
-            near = bool(evals) and any(reached[f"{t:g}"] is None and evals[-1]["acc"] >= t - fine_margin
-                                       for t in targets)
-            if since >= (fine if near else every) or step >= total_steps:
-                since = 0
-                if do_eval():
-                    done = True
-                    break
-                timer.start()
-        if step >= total_steps:
-            done = True
+            timer.start()
     if timer._t0 is not None:
         timer.stop()
-    release_workers(it)  # outside the training time (data.release_workers: why)
-    if not evals or evals[-1]["step"] != step:
+    walk.close()  # releases the DataLoader's workers, outside the training time
+    if not curve.evals or curve.evals[-1]["step"] != steps:
         timer.start()
-        do_eval()
+        curve.evaluate(steps, images)
     train_s = timer.total
-    return {"recipe": recipe.name, "seed": seed, "device": str(device), "targets": reached,
-            "final_acc": evals[-1]["acc"], "train_s": train_s, "wall_s": time.perf_counter() - wall0,
-            "setup_s": setup_s, "steps": step, "images": images,
+    return {"recipe": recipe.name, "seed": seed, "device": str(device), "targets": curve.reached,
+            "final_acc": curve.evals[-1]["acc"], "train_s": train_s, "wall_s": time.perf_counter() - run.wall0,
+            "setup_s": run.setup_s, "steps": steps, "images": images,
             "images_per_s": images / train_s if train_s > 0 else float("nan"),
             "eval_every_steps": every, "fine_every_steps": fine, "fine_margin": fine_margin,
-            "test_count": len(y_test), "stop_when": stop_when,
-            "num_epochs": recipe.num_epochs, "evals": evals, "notes": notes}
+            "test_count": len(run.y_test), "stop_when": stop_when,
+            "num_epochs": recipe.num_epochs, "evals": curve.evals, "notes": run.notes}
+
+
+class _Curve:
+    """time_to_accuracy's evaluations: the accuracy curve and the first evaluation at or above each target."""
+
+    def __init__(self, run: _Run, timer: TrainTimer, targets: list[float], stop_when: str, on_eval):
+        self.run, self.timer, self.targets, self.stop_when, self.on_eval = run, timer, targets, stop_when, on_eval
+        self.reached: dict[str, dict | None] = {f"{t:g}": None for t in targets}
+        self.evals: list[dict] = []
+
+    def near(self, margin: float) -> bool:
+        """The last evaluation lies within ``margin`` of a target not reached yet."""
+        return bool(self.evals) and any(self.reached[f"{t:g}"] is None and self.evals[-1]["acc"] >= t - margin
+                                        for t in self.targets)
+
+    def evaluate(self, step: int, images: int) -> bool:
+        """Stop the training clock, score the test set, record; True when the run should stop."""
+        run = self.run
+        train_s = self.timer.stop()
+        acc = evaluate_tta(run.evaluated_model(), run.X_test, run.y_test, run.recipe.tta, 2000, run.recipe.amp,
+                           run.recipe.channels_last)["acc"]
+        row = {"step": step, "images": images, "epochs": step / run.steps_per_epoch, "train_s": train_s,
+               "wall_s": time.perf_counter() - run.wall0, "acc": acc}
+        self.evals.append(row)
+        for t in self.targets:
+            if self.reached[f"{t:g}"] is None and acc >= t:
+                self.reached[f"{t:g}"] = dict(row)
+        if self.on_eval:
+            self.on_eval(row)
+        run.model.train()
+        hits = [v is not None for v in self.reached.values()]
+        return {"all": all(hits), "first": any(hits), "never": False}[self.stop_when]
 
 
 def _take(batches, n):
@@ -991,6 +1172,13 @@ def show_summary(rows: list[dict], caption: str | None = None) -> None:
 
 # --------------------------------------------------------------------------- the physical limit
 
+def training_flops_per_image(model: nn.Module) -> int:
+    """Forward FLOPs x 3: the backward pass costs about twice the forward (gradients for inputs and weights); the
+    approximation of Kaplan et al. 2020, "Scaling Laws for Neural Language Models" (2N FLOPs per token forward,
+    6N to train)."""
+    return 3 * flops_per_image(model)
+
+
 def _gemm_rate(run: Callable[[], object], flops: float, device: torch.device, repeats: int,
                min_time_s: float) -> float:
     """Median FLOP/s of ``run`` (``flops`` per call) over ``repeats`` timed blocks of at least ``min_time_s``."""
@@ -1045,81 +1233,6 @@ def _bounds(xs: list[float]) -> tuple[float, float, float]:
     return m, m - half, m + half
 
 
-def judge_target(times: list[float | None], target_s: float | None = None, baseline: list[float | None] | None = None,
-                 ratio_target: float | None = None, baseline_budget_s: list[float] | None = None) -> tuple[str, dict]:
-    """The verdict on a time-to-accuracy target from per-seed training times (None: a seed that missed it).
-
-    ``holds`` when every seed reached it, the mean's interval (mean +- 2 standard errors) lies at or under
-    ``target_s`` and, with a ``baseline`` (the article's recipe, same run), the ratio of the means is at least
-    ``ratio_target`` even at the unfavourable ends of both intervals; ``does not hold here`` when a seed missed it
-    or the interval lies wholly on the wrong side; else ``inconclusive`` (the target is inside the spread).
-
-    A baseline run that missed the target within its budget has an unknown time, longer than the training it did:
-    with ``baseline_budget_s`` (each baseline run's training seconds, in ``baseline``'s order) that training time is
-    a lower bound, so the ratio has a lower bound (``ratio_at_least``) which can still show the ratio target met;
-    it can never show it missed. Returns the verdict and its numbers (mean, sd, interval, ratio and its bounds)."""
-    if not times:
-        raise ValueError("judge_target needs at least one run's time")
-    hit = [t for t in times if t is not None]
-    nums: dict = {"seeds": len(times), "reached": len(hit)}
-    if hit:
-        m, lo, hi = _bounds(hit)
-        nums.update(mean_s=m, sd_s=statistics.stdev(hit) if len(hit) > 1 else 0.0, low_s=lo, high_s=hi,
-                    min_s=min(hit), max_s=max(hit), target_s=target_s)
-    if len(hit) < len(times):
-        return "does not hold here", nums
-    ok, bad = [], []
-    if target_s is not None:
-        ok.append(hi <= target_s)
-        bad.append(lo > target_s)
-    if baseline is not None and ratio_target is not None:
-        base = [t for t in baseline if t is not None]
-        nums.update(baseline_seeds=len(baseline), baseline_reached=len(base), ratio_target=ratio_target)
-        if not base or len(base) < len(baseline):
-            # the baseline missed the target in some run: its time is unknown, so is the ratio; with the runs'
-            # budgets it has a lower bound (the time target alone can still fail the claim below)
-            if baseline_budget_s is not None and len(baseline_budget_s) == len(baseline):
-                lower = [t if t is not None else b for t, b in zip(baseline, baseline_budget_s)]
-                blo = _bounds(lower)[1]
-                nums.update(baseline_censored=len(baseline) - len(base), baseline_at_least_s=statistics.fmean(lower),
-                            ratio_at_least=blo / hi if hi > 0 else math.inf)
-                ok.append(nums["ratio_at_least"] >= ratio_target)
-            else:
-                ok.append(False)
-        else:
-            bm, blo, bhi = _bounds(base)
-            nums.update(baseline_mean_s=bm, baseline_sd_s=statistics.stdev(base) if len(base) > 1 else 0.0,
-                        ratio=bm / m, ratio_low=blo / hi if hi > 0 else math.inf,
-                        ratio_high=bhi / lo if lo > 0 else math.inf)
-            ok.append(nums["ratio_low"] >= ratio_target)
-            bad.append(nums["ratio_high"] < ratio_target)
-    if any(bad):
-        return "does not hold here", nums
-    if ok and all(ok):
-        return "holds", nums
-    return "inconclusive", nums
-
-
-def target_evidence(nums: dict, baseline_epochs: float) -> str:
-    """The evidence sentence of a :func:`judge_target` verdict from its numbers (with ``target_acc`` added), as the
-    benchmark and notebook 10 write it into their result files."""
-    key = nums["target_acc"]
-    if "mean_s" in nums:
-        ev = (f"{nums['reached']}/{nums['seeds']} seeds reached {key:.1%}: {nums['mean_s']:.2f} +- "
-              f"{nums['sd_s']:.2f} s of training (target {nums['target_s']:g} s)")
-    else:
-        ev = f"0/{nums['seeds']} seeds reached {key:.1%}"
-    if "ratio" in nums:
-        ev += (f"; {nums['ratio']:.1f}x the article's recipe ({nums['baseline_mean_s']:.1f} s, "
-               f"{nums['baseline_seeds']} seeds; target {nums['ratio_target']:g}x)")
-    elif "ratio_at_least" in nums:
-        ev += (f"; at least {nums['ratio_at_least']:.1f}x the article's recipe at the interval's "
-               f"unfavourable ends ({nums['baseline_censored']} of {nums['baseline_seeds']} seeds missed "
-               f"{key:.1%} within its {baseline_epochs:g} epochs: their time is "
-               f"at least their training time; target {nums['ratio_target']:g}x)")
-    return ev
-
-
 def merge_contention(items: list[dict]) -> dict | None:
     """One contention record for several runs' (``claims.Contention.to_dict()``): the wall-weighted mean share of
     the CPU other processes used, the worst run's, and ``busy`` by the mean (``claims.BUSY_SHARE``)."""
@@ -1137,3 +1250,107 @@ def merge_contention(items: list[dict]) -> dict | None:
             "load_avg_max": max(loads, default=None), "cores": items[0].get("cores"),
             "wall_s": round(sum(c["wall_s"] for c in items), 1), "runs": len(items),
             "busy": share > BUSY_SHARE if share is not None else any(c.get("busy") for c in items)}
+
+
+# --------------------------------------------------------------------------- the fixed-schedule protocol
+
+def protocol_rows(runs: list[dict], baseline: str = "article", targets: Iterable[float] = (0.99, 0.995),
+                  peak_flops: dict | None = None, flops_per_image: dict | None = None) -> list[dict]:
+    """One row per recipe (first-seen order) from :func:`fixed_schedule` runs: seeds; the mean, sd and minimum of
+    the final accuracy; per target the share of seeds at or above it and whether the *mean* is (the protocol's
+    "reaches"); the schedule's training time (mean, sd), set-up and evaluation apart (medians); images/s; the
+    speed-up over ``baseline``'s mean training time (same run; None without it); and, given ``peak_flops``
+    (``{"float32": FLOP/s, "bfloat16": ...}``, :func:`measure_peak_flops`) and ``flops_per_image`` (training FLOPs
+    per image, by recipe name), the training FLOP/s as a share of the peak of the dtype the recipe computes in."""
+    targets = sorted(float(t) for t in targets)
+    order = list(dict.fromkeys(r["recipe"] for r in runs))
+    base = [r["train_s"] for r in runs if r["recipe"] == baseline]
+    base_mean = statistics.fmean(base) if base else None
+    rows = []
+    for name in order:
+        rs = [r for r in runs if r["recipe"] == name]
+        accs, times = [r["final_acc"] for r in rs], [r["train_s"] for r in rs]
+        acc_m, acc_sd = _mean_sd(accs)
+        t_m, t_sd = _mean_sd(times)
+        row = {"recipe": name, "seeds": len(rs), "acc_mean": acc_m, "acc_sd": acc_sd, "acc_min": min(accs),
+               "train_s_mean": t_m, "train_s_sd": t_sd,
+               "setup_s": statistics.median(r["setup_s"] for r in rs),
+               "eval_s": statistics.median(r["eval_s"] for r in rs),
+               "images_per_s": statistics.median(r["images_per_s"] for r in rs),
+               "speedup": base_mean / t_m if base_mean and t_m else None}
+        for t in targets:
+            row[f"share_{t:g}"] = sum(a >= t for a in accs) / len(accs)
+            row[f"reaches_{t:g}"] = acc_m >= t
+        dtype = rs[0].get("compute_dtype", "float32")
+        if peak_flops and flops_per_image and name in flops_per_image and peak_flops.get(dtype):
+            row["flops_share"] = flops_per_image[name] * row["images_per_s"] / peak_flops[dtype]
+            row["flops_dtype"] = dtype
+        rows.append(row)
+    return rows
+
+
+def judge_protocol(runs: list[dict], baseline_runs: list[dict], target_acc: float, ratio_target: float,
+                   min_seeds: int = 10) -> tuple[str, dict]:
+    """The verdict on "``runs``' recipe reaches ``target_acc`` at ``ratio_target`` times the speed of the
+    baseline" under the fixed-schedule protocol, both measured in the same run.
+
+    *Reaches* means the mean final accuracy is at or above the target (airbench's rule). The speed-up is the ratio of
+    the mean training times, with its interval from each mean's +- 2 standard errors. ``holds``: the mean reaches
+    the target and even the interval's low end of the ratio meets ``ratio_target``; ``does not hold here``: the
+    mean misses the target, or even the high end of the ratio falls short; else ``inconclusive`` (the ratio
+    target lies inside its interval, or fewer than ``min_seeds`` seeds ran)."""
+    if not runs or not baseline_runs:
+        raise ValueError("judge_protocol needs runs of the recipe and of the baseline, from the same benchmark")
+    accs = [r["final_acc"] for r in runs]
+    acc_m, acc_sd = _mean_sd(accs)
+    m, lo, hi = _bounds([r["train_s"] for r in runs])
+    bm, blo, bhi = _bounds([r["train_s"] for r in baseline_runs])
+    nums = {"target_acc": target_acc, "seeds": len(runs), "acc_mean": acc_m, "acc_sd": acc_sd, "acc_min": min(accs),
+            "at_or_above": sum(a >= target_acc for a in accs), "train_s_mean": m,
+            "train_s_sd": statistics.stdev([r["train_s"] for r in runs]) if len(runs) > 1 else 0.0,
+            "baseline_seeds": len(baseline_runs), "baseline_s_mean": bm,
+            "baseline_epochs": baseline_runs[0].get("num_epochs"),
+            "baseline_acc_mean": statistics.fmean(r["final_acc"] for r in baseline_runs),
+            "ratio": bm / m, "ratio_low": blo / hi if hi > 0 else math.inf,
+            "ratio_high": bhi / lo if lo > 0 else math.inf, "ratio_target": ratio_target, "min_seeds": min_seeds}
+    if acc_m < target_acc or nums["ratio_high"] < ratio_target:
+        return "does not hold here", nums
+    if len(runs) >= min_seeds and nums["ratio_low"] >= ratio_target:
+        return "holds", nums
+    return "inconclusive", nums
+
+
+def protocol_evidence(nums: dict) -> str:
+    """The evidence sentence of a :func:`judge_protocol` verdict."""
+    t = nums["target_acc"]
+    return (f"mean final accuracy {nums['acc_mean']:.2%} +- {nums['acc_sd']:.2%} over {nums['seeds']} seeds "
+            f"({nums['at_or_above']}/{nums['seeds']} at or above {t:.1%}; the mean must be); "
+            f"{nums['train_s_mean']:.2f} +- {nums['train_s_sd']:.2f} s of training, "
+            f"{nums['ratio']:.1f}x the article's recipe ({nums['baseline_s_mean']:.1f} s for its "
+            f"{nums.get('baseline_epochs') or 5:g} epochs, "
+            f"{nums['baseline_acc_mean']:.2%}, {nums['baseline_seeds']} seeds, same run; interval "
+            f"{nums['ratio_low']:.1f}-{nums['ratio_high']:.1f}x; target {nums['ratio_target']:g}x)")
+
+
+def protocol_table(rows: list[dict]) -> pd.DataFrame:
+    """:func:`protocol_rows` as a DataFrame: one row per recipe."""
+    targets = [k[len("share_"):] for k in (rows[0] if rows else {}) if k.startswith("share_")]
+    out = []
+    for r in rows:
+        row = {"recipe": r["recipe"], "seeds": r["seeds"], "final acc mean": r["acc_mean"], "acc sd": r["acc_sd"],
+               "acc min": r["acc_min"]}
+        row.update({f">= {float(t):.1%}": f"{round(r[f'share_{t}'] * r['seeds'])}/{r['seeds']}" for t in targets})
+        row.update({"train s": r["train_s_mean"], "train sd": r["train_s_sd"], "setup s": r["setup_s"],
+                    "eval s": r["eval_s"], "img/s": r["images_per_s"],
+                    "speed-up": math.nan if r["speedup"] is None else r["speedup"],
+                    "% peak": 100 * r["flops_share"] if r.get("flops_share") is not None else math.nan})
+        out.append(row)
+    return table(out)
+
+
+def show_protocol(rows: list[dict], caption: str | None = None) -> None:
+    """Display :func:`protocol_table` with its number formats (a styled table in a notebook, text elsewhere)."""
+    formats = {"final acc mean": "{:.2%}", "acc sd": "{:.2%}", "acc min": "{:.2%}", "train s": "{:.2f}",
+               "train sd": "{:.2f}", "setup s": "{:.1f}", "eval s": "{:.2f}", "img/s": "{:,.0f}",
+               "speed-up": "{:.1f}x", "% peak": "{:.1f}%"}
+    show(protocol_table(rows), formats=formats, caption=caption)

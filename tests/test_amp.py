@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from mnist_helpers.lessons import l05_precision_memory as l05
-from mnist_helpers.lessons.l05_precision_memory import (accumulated_gradients, accumulation_memory, compare_precisions,
-                                                        deprecated_amp_warnings, gradient_underflow, scaler_skip_demo,
-                                                        supported_amp)
+from mnist_helpers.lessons.l05_precision_memory import gradient_underflow, scaler_skip_demo, supported_amp
 from mnist_helpers.memory import CATEGORIES
 from mnist_helpers.models import Net
+from mnist_helpers.precision import (accumulated_gradients, accumulation_memory, amp_gain, amp_verdict,
+                                     compare_precisions, deprecated_amp_warnings)
 from mnist_helpers.train import AMP_DTYPES, TrainConfig, check_amp
 
 
@@ -161,14 +161,14 @@ def _row(peak, transient, img_s, blocks):
 def test_amp_claim_is_judged_by_one_rule(bf16, want):
     """Notebook 05 and device_check judge 05.amp_memory_speed through amp_gain/amp_verdict."""
     fp32 = _row(100, 50, 1000, [980, 1000, 1020])
-    gain = l05.amp_gain(fp32, bf16)
+    gain = amp_gain(fp32, bf16)
     assert gain["peak_ratio"] == bf16["peak_mib"] / 100 and gain["speedup"] == bf16["images_per_s"] / 1000
     assert gain["slower"] == (want == "does not hold here" and bf16["images_per_s"] < 1000)
-    assert l05.amp_verdict([gain]) == want
-    good = l05.amp_gain(fp32, _row(50, 20, 2000, [1900, 2000, 2100]))
-    assert l05.amp_verdict([good, gain]) == ("holds" if want == "holds" else "holds with nuance")  # every batch judged
+    assert amp_verdict([gain]) == want
+    good = amp_gain(fp32, _row(50, 20, 2000, [1900, 2000, 2100]))
+    assert amp_verdict([good, gain]) == ("holds" if want == "holds" else "holds with nuance")  # every batch judged
     with pytest.raises(ValueError, match="at least one"):
-        l05.amp_verdict([])
+        amp_verdict([])
 
 
 def test_a_kept_gpu_allocator_run_is_found_for_a_machine_without_cuda(tmp_path):

@@ -1,7 +1,7 @@
 """autotune (notebook 09) on tiny budgets: every stage measured or marked skipped, a valid configuration."""
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import (NotMeasured, _Budget, autotune, evidence_table, measure_steps,
+from mnist_helpers.lessons.l09_profiling import (NotMeasured, Budget, autotune, evidence_table, measure_steps,
                                                  search_stage, stage_gains)
 from mnist_helpers.train import TrainConfig
 
@@ -64,13 +64,13 @@ def test_search_stage_measures_the_first_records_the_rest_and_picks_the_fastest(
             raise NotMeasured("out of memory")
         return {"images_per_s": {"a": 10.0, "b": 30.0, "c": 20.0}[setting]}
 
-    roomy = _Budget(100.0, ["batch_size"])
+    roomy = Budget(100.0, ["batch_size"])
     roomy.start("batch_size")
     best = search_stage("batch_size", ["a", "oom", "b", "c"], measure, roomy, record)
     assert best["setting"] == "b" and best["chosen"] and sum(r["chosen"] for r in rows) == 1
     assert [r["status"] for r in rows] == ["measured", "out of memory", "measured", "measured"]
     rows.clear()
-    spent = _Budget(1e-9, ["nproc"])
+    spent = Budget(1e-9, ["nproc"])
     spent.start("nproc")
     best = search_stage("nproc", ["a", "b"], measure, spent, record, cost_s=25)
     assert best["setting"] == "a"  # the first is measured whatever the budget

@@ -9,27 +9,26 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l04_batch_scaling as bs
+from mnist_helpers import batch_scaling, claims, saved
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "04_batch_size_and_lr.ipynb"
 
 
 def test_scaled_lr_rules():
-    assert bs.scaled_lr("fixed", 0.1, 128, 512) == 0.1
-    assert bs.scaled_lr("linear", 0.1, 128, 512) == pytest.approx(0.4)
-    assert bs.scaled_lr("linear+warmup", 0.1, 128, 64) == pytest.approx(0.05)
-    assert bs.scaled_lr("sqrt", 0.1, 128, 512) == pytest.approx(0.2)
+    assert saved.scaled_lr("fixed", 0.1, 128, 512) == 0.1
+    assert saved.scaled_lr("linear", 0.1, 128, 512) == pytest.approx(0.4)
+    assert saved.scaled_lr("linear+warmup", 0.1, 128, 64) == pytest.approx(0.05)
+    assert saved.scaled_lr("sqrt", 0.1, 128, 512) == pytest.approx(0.2)
     with pytest.raises(ValueError, match="rule must be one of"):
-        bs.scaled_lr("cubic", 0.1, 128, 512)
+        saved.scaled_lr("cubic", 0.1, 128, 512)
 
 
 def test_warmup_ramps_from_start_to_one():
-    assert bs.warmup_factor(0, 10, 0.25) == 0.25
-    assert bs.warmup_factor(5, 10, 0.25) == pytest.approx(0.625)
-    assert bs.warmup_factor(10, 10, 0.25) == 1.0
-    assert bs.warmup_factor(3, 0, 0.25) == 1.0
+    assert saved.warmup_factor(0, 10, 0.25) == 0.25
+    assert saved.warmup_factor(5, 10, 0.25) == pytest.approx(0.625)
+    assert saved.warmup_factor(10, 10, 0.25) == 1.0
+    assert saved.warmup_factor(3, 0, 0.25) == 1.0
 
 
 def test_the_notebook_writes_the_lessons_code():
@@ -37,16 +36,17 @@ def test_the_notebook_writes_the_lessons_code():
     checks mnist_helpers/saved.py is current)."""
     from test_saved import build_saved
 
-    _, saved = build_saved.collect(NOTEBOOK)
-    names = {src.split("(")[0].removeprefix("def ") if src.startswith("def ") else src.split(" ")[0] for src in saved}
+    _, saved_code = build_saved.collect(NOTEBOOK)
+    names = {src.split("(")[0].removeprefix("def ") if src.startswith("def ") else src.split(" ")[0]
+             for src in saved_code}
     assert names >= {"scaled_lr", "warmup_factor", "train_run", "BASE_LR", "BASE_BATCH"}
-    train_run = next(src for src in saved if src.startswith("def train_run"))
-    assert "loss.backward()" in train_run and "optimizer.step()" in train_run
-    assert inspect.getsource(bs.train_run).rstrip("\n") == train_run
+    train_run_src = next(src for src in saved_code if src.startswith("def train_run"))
+    assert "loss.backward()" in train_run_src and "optimizer.step()" in train_run_src
+    assert inspect.getsource(saved.train_run).rstrip("\n") == train_run_src
 
 
 def test_fair_plan_doubles_and_labels_its_groups():
-    plan = bs.fair_plan((128, 256, 512), num_epochs=3, adam_batches=(512,), tiny_step_batch=1024)
+    plan = batch_scaling.fair_plan((128, 256, 512), num_epochs=3, adam_batches=(512,), tiny_step_batch=1024)
     groups = [p["group"] for p in plan]
     assert groups.count("doubling") == 1 + 2 * 2 and groups.count("adam") == 1 + 3
     assert groups.count("batch8") == 4 and groups.count("tiny-step") == 1
@@ -55,9 +55,9 @@ def test_fair_plan_doubles_and_labels_its_groups():
     assert all(p["num_epochs"] == 3 for p in plan if p["group"] in ("doubling", "adam", "batch64"))
     assert all(p["num_epochs"] == 1 for p in plan if p["group"] in ("batch8", "tiny-step"))
     with pytest.raises(ValueError, match="not a doubling"):
-        bs.fair_plan((128, 512))
+        batch_scaling.fair_plan((128, 512))
     with pytest.raises(ValueError, match="start at the base batch"):
-        bs.fair_plan((256, 512))
+        batch_scaling.fair_plan((256, 512))
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steadier timings (tests/conftest.py)
@@ -70,15 +70,15 @@ def tiny(small_mnist):
 
 
 def test_sweep_calls_back_the_functions_it_is_given(tiny):
-    plan = bs.fair_plan((16, 32, 64), num_epochs=2, adam_batches=(64,), small_batch=8, tiny_step_batch=128,
+    plan = batch_scaling.fair_plan((16, 32, 64), num_epochs=2, adam_batches=(64,), small_batch=8, tiny_step_batch=128,
                         base_batch=16, low_batch=8)
     used = []
 
     def my_rule(rule, base_lr, base_batch, batch_size):
         used.append(rule)
-        return bs.scaled_lr(rule, base_lr, base_batch, batch_size)
+        return saved.scaled_lr(rule, base_lr, base_batch, batch_size)
     seen = []
-    rows = bs.sweep(tiny, plan, seeds=(0, 1), lr_rule=my_rule, base_batch=16, warmup_epochs=1.0, on_run=seen.append)
+    rows = batch_scaling.sweep(tiny, plan, seeds=(0, 1), lr_rule=my_rule, base_batch=16, warmup_epochs=1.0, on_run=seen.append)
     assert len(rows) == 2 * len(plan) == len(seen) == len(used)
     for r in rows:
         if r["group"] == "equal-steps":  # the base batch for as many steps as batch 64 takes in 2 epochs
@@ -88,16 +88,16 @@ def test_sweep_calls_back_the_functions_it_is_given(tiny):
         assert 0 <= r["test_acc"] <= 1 and r["gap"] == pytest.approx(r["train_acc"] - r["test_acc"])
         assert "step_losses" not in r
     r = next(r for r in rows if r["group"] == "doubling" and r["rule"] == "linear+warmup" and r["batch_size"] == 64)
-    assert r["lr"] == pytest.approx(4 * bs.BASE_LR["sgd"]) and r["warmup_epochs"] == 0.5 and r["warmup_steps"] == 2
+    assert r["lr"] == pytest.approx(4 * saved.BASE_LR["sgd"]) and r["warmup_epochs"] == 0.5 and r["warmup_steps"] == 2
     assert math.isfinite(next(r for r in rows if r["batch_size"] == 8)["loss_noise"])
-    verdicts = bs.judge(rows, base_batch=16)
+    verdicts = batch_scaling.judge(rows, base_batch=16)
     assert set(verdicts) == {"04.double_batch_double_lr", "04.adam_complicated", "04.batch8_unstable",
                              "04.batch4096", "04.batch_64_256"}
     for cid, v in verdicts.items():
         assert v["verdict"] in claims.VERDICTS
-        entry = {"evidence": v["evidence"], "numbers": v["numbers"], "claim": "", "regime": bs.regime(rows)}
+        entry = {"evidence": v["evidence"], "numbers": v["numbers"], "claim": "", "regime": batch_scaling.regime(rows)}
         assert claims.unsourced_numbers(entry) == [], cid
-    assert not bs.summary(rows).empty
+    assert not batch_scaling.summary(rows).empty
 
 
 def _row(group, opt, rule, b, acc, seed, ips=1000.0, noise=0.1, gap=0.0, epochs=10):
@@ -125,7 +125,7 @@ def _synthetic(lin_acc_4096=0.975, seeds=(0, 1, 2)):
 
 
 def test_verdicts_from_synthetic_rows():
-    v = bs.judge(_synthetic())
+    v = batch_scaling.judge(_synthetic())
     assert v["04.double_batch_double_lr"]["verdict"] == "holds with nuance"  # holds at 256, not at 4096
     assert v["04.double_batch_double_lr"]["numbers"]["holds_up_to_batch"] == 256
     assert v["04.adam_complicated"]["verdict"] == "holds"  # linear below sqrt, separated
@@ -133,20 +133,20 @@ def test_verdicts_from_synthetic_rows():
     assert v["04.batch8_unstable"]["verdict"] == "does not hold here"
     assert "ends the same within the noise" in v["04.batch8_unstable"]["evidence"]
     assert v["04.batch4096"]["verdict"] == claims.CONFOUNDED  # worse per epoch; no equal-steps run to separate
-    assert bs.judge(_synthetic(lin_acc_4096=0.98))["04.double_batch_double_lr"]["verdict"] == "holds"
-    assert bs.judge(_synthetic(), busy=claims.BUSY)["04.batch4096"]["verdict"] == claims.BUSY
-    one = bs.judge(_synthetic(seeds=(0,)))  # one seed: no spread, no accuracy verdict
+    assert batch_scaling.judge(_synthetic(lin_acc_4096=0.98))["04.double_batch_double_lr"]["verdict"] == "holds"
+    assert batch_scaling.judge(_synthetic(), busy=claims.BUSY)["04.batch4096"]["verdict"] == claims.BUSY
+    one = batch_scaling.judge(_synthetic(seeds=(0,)))  # one seed: no spread, no accuracy verdict
     assert {one[c]["verdict"] for c in ("04.double_batch_double_lr", "04.adam_complicated",
                                          "04.batch8_unstable")} == {"inconclusive"}
     for entry in v.values():
         assert claims.unsourced_numbers({**entry, "claim": "", "regime": ""}) == []
     with pytest.raises(ValueError, match="no runs"):
-        bs.judge([])
+        batch_scaling.judge([])
 
 
 def test_batch_larger_than_data(tiny):
     with pytest.raises(ValueError, match="larger than the 256 training images"):
-        bs.train_run(tiny, batch_size=512, lr=0.1)
+        saved.train_run(tiny, batch_size=512, lr=0.1)
 
 
 @pytest.mark.process

@@ -90,7 +90,7 @@ def test_every_row_links_to_its_evidence_section():
     for row in _verdict_table(doc):
         cid = row.split("[", 1)[1].split("]", 1)[0]
         assert f"](#{MC.anchor(cid)})" in row and f"\n### {cid}\n" in doc, cid
-    assert MC.anchor("06.local_rank_arg") == "06local_rank_arg"
+    assert MC.anchor("12.local_rank_arg") == "12local_rank_arg"
 
 
 def test_summary_counts_every_verdict_once():
@@ -191,26 +191,27 @@ def test_several_machines_side_by_side():
 
 def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
     """The claims page says when a kept speedrun verdict timed a recipe the code no longer trains, and what changed."""
-    from mnist_helpers.lessons import l10_speedrun as speedrun
+    from mnist_helpers import speedrun
 
     def ref(label, **change):
         fast = speedrun.get_recipe("fast", "cpu", choice={"amp": "none", "channels_last": True, "compile": False})
-        return {"_label": label, "_path": f"results/reference/{label}/bench_time_to_accuracy.json",
+        return {"_label": label, "_path": f"results/reference/{label}/bench_speedrun.json",
                 "date": "2026-12-04", "profile": "full", "device": "cpu",
                 "recipes": {"fast": {**fast.to_dict(), **change}},
                 "machine": {"cpu_model": "CPU", "logical_cores": 2, "torch": "2.14.1", "isa_flags": []},
                 "claims": [{"id": "10.speedrun_99", "claim": "speedrun", "section": "ours", "verdict": "holds",
-                            "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r"}]}
+                            "evidence": f"{label} numbers", "numbers": {"a": 1}, "regime": "r",
+                            "rule": claims.rule("10.speedrun_99")}]}
     refs = [ref("today"), ref("then", batch_size=128, model="speednet")]
     doc = MC.render_doc(MC.collect(refs), refs)
-    row = next(line for line in _verdict_table(doc) if "fastest time to 99.0%" in line)
+    row = next(line for line in _verdict_table(doc) if "99.0% mean final accuracy" in line)
     assert row.endswith("| holds (earlier recipe) | holds |")  # columns sorted: then, today
     assert "*then*, 2026-12-04, an earlier recipe (model speednet -> speednet_s2; batch_size 128 -> 64): " in doc
     assert "*today*, 2026-12-04: **holds**. today numbers" in doc
     assert "on an earlier speedrun recipe: `then` 1" in MC.render_summary(MC.collect(refs))
     refs = [ref("today")]
     doc = MC.render_doc(MC.collect(refs), refs)
-    row = next(line for line in _verdict_table(doc) if "fastest time to 99.0%" in line)
+    row = next(line for line in _verdict_table(doc) if "99.0% mean final accuracy" in line)
     assert row.endswith("| holds |") and "earlier" not in row
 
 

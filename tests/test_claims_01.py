@@ -4,7 +4,8 @@ measurements only: nothing is timed here."""
 import pytest
 
 from mnist_helpers import claims
-from mnist_helpers.lessons.l01_resources import CONFIG_TARGET, claims_01, gpu_memory_verdict
+from mnist_helpers.lessons.l01_resources import CONFIG_TARGET, Measured01, claims_01
+from mnist_helpers.memory import gpu_memory_verdict
 
 QUIET = {"busy": False, "others_cpu_share": 0.02}
 
@@ -29,14 +30,14 @@ MEMORY = {"step_peak_mib": 60.4, "persistent_mib": 20.1, "transient_mib": 40.3, 
 
 
 def judge(sw, contention=QUIET, memory=MEMORY, readings=READINGS):
-    entries = claims_01(sw, default_threads=2, cores=2, readings=readings, shells=SHELLS, memory=memory,
-                        contention=contention)
+    entries = claims_01(Measured01(sweep=sw, default_threads=2, cores=2, readings=readings, shells=SHELLS,
+                                   memory=memory, contention=contention))
     return {e["id"]: e for e in entries}
 
 
 def test_each_claim_is_returned_once_with_the_result_file_fields():
-    out = claims_01(sweep([100, 101], [300, 310], [250, 260]), default_threads=2, cores=2, readings=READINGS,
-                    shells=SHELLS, memory=MEMORY, contention=QUIET)
+    out = claims_01(Measured01(sweep=sweep([100, 101], [300, 310], [250, 260]), default_threads=2, cores=2,
+                               readings=READINGS, shells=SHELLS, memory=MEMORY, contention=QUIET))
     assert [e["id"] for e in out] == ["01.config_2x", "01.inspect_first", "01.gpu_memory_enough"]
     res = claims.ResultFile("01_resource_inspection", profile="quick")
     for e in out:
@@ -96,8 +97,8 @@ def test_the_committed_gpu_memory_verdicts_follow_the_shared_rule():
 
 
 def test_record_writes_what_claims_01_returns(tmp_path):
-    entries = claims_01(sweep([100, 102], [300, 310], [250, 260]), default_threads=2, cores=2, readings=READINGS,
-                        shells=SHELLS, memory=MEMORY, contention=QUIET)
+    entries = claims_01(Measured01(sweep=sweep([100, 102], [300, 310], [250, 260]), default_threads=2, cores=2,
+                                   readings=READINGS, shells=SHELLS, memory=MEMORY, contention=QUIET))
     res = claims.record("01_resource_inspection", entries, profile="quick", folder=tmp_path)
     assert (tmp_path / "01_resource_inspection.json").is_file()
     assert [r["on this machine"] for r in claims.summary(res)] == [

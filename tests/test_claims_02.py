@@ -2,7 +2,7 @@
 import pytest
 
 from mnist_helpers import claims
-from mnist_helpers.lessons.l02_baseline import BASELINE_MIN_ACC, claims_02, compare_loop_and_fit
+from mnist_helpers.lessons.l02_baseline import BASELINE_MIN_ACC, Measured02, claims_02, compare_loop_and_fit
 
 
 def history(accs, seconds=12.0):
@@ -14,8 +14,8 @@ def judge(accs, fit_accs=None, *, num_epochs=5, subset=None, fit_device="cpu", w
     loop = history(accs)
     fit = history(fit_accs if fit_accs is not None else accs[:1])
     cmp = compare_loop_and_fit(loop, fit, loop_device="cpu", fit_device=fit_device, max_weight_diff=weight_diff)
-    entries = claims_02(loop, cmp, num_epochs=num_epochs, subset=subset, seed=0, threads=2, device="cpu",
-                        fit_epochs=1, contention=contention)
+    entries = claims_02(Measured02(history=loop, comparison=cmp, num_epochs=num_epochs, subset=subset, seed=0,
+                                   threads=2, device="cpu", fit_epochs=1, contention=contention))
     for e in entries:
         assert not claims.unsourced_numbers(e), (e["id"], claims.unsourced_numbers(e))
     return {e["id"]: e for e in entries}, cmp

@@ -42,14 +42,14 @@ def measurements(**over):
 
 
 def judged(**over):
-    out = lb.claims_03(**measurements(**over))
+    out = lb.claims_03(lb.Measured03(**measurements(**over)))
     for e in out:
         assert not claims.unsourced_numbers({**e, "claim": claims.CATALOG_IDS[e["id"]]["claim"]}), e["evidence"]
     return {e["id"]: e for e in out}
 
 
 def test_entries_are_the_seven_catalogued_claims(tmp_path):
-    entries = lb.claims_03(**measurements())
+    entries = lb.claims_03(lb.Measured03(**measurements()))
     assert [e["id"] for e in entries] == ["03.workers_fraction", "03.too_many_workers", "03.pin_memory_cpu",
                                           "03.disk_io", "03.worker_copies", "03.in_memory", "03.drop_last"]
     res = claims.record("03_dataloader_tuning", entries, profile="quick", folder=tmp_path)
@@ -142,7 +142,7 @@ def test_drop_last_follows_the_measured_noise_ratio():
 
 def test_a_kept_entry_is_judged_again_from_its_numbers():
     """rejudge: today's rule from the entry's own numbers (a rule-2 entry had no batch_size); the regime stays."""
-    for e in lb.claims_03(**measurements()):
+    for e in lb.claims_03(lb.Measured03(**measurements())):
         if e["id"] in ("03.workers_fraction", "03.drop_last"):
             kept = {**e, "verdict": "inconclusive", "evidence": "old", "rule": 2,
                     "claim": claims.CATALOG_IDS[e["id"]]["claim"]}

@@ -5,6 +5,7 @@ import pytest
 
 from mnist_helpers import claims
 from mnist_helpers.lessons import l04_batch_scaling as bs
+from mnist_helpers.saved import BASE_LR
 
 QUIET = {"busy": False, "others_cpu_share": 0.01}
 BUSY = {"busy": True, "others_cpu_share": 0.7}
@@ -14,7 +15,7 @@ def _row(group, opt, rule, b, acc, seed, ips=1000.0, noise=0.1, gap=0.0, epochs=
     return {"group": group, "optimizer": opt, "rule": rule, "batch_size": b, "test_acc": acc, "seed": seed,
             "images_per_s": ips, "loss_noise": noise, "gap": gap, "diverged": diverged, "num_epochs": epochs,
             "steps": max(1, 1280 // b), "warmup_epochs": 1.0, "train_images": 1280,
-            "lr": lr if lr is not None else bs.BASE_LR[opt]}
+            "lr": lr if lr is not None else BASE_LR[opt]}
 
 
 def rows(*, seeds=(0, 1, 2), lin_4096=0.98, gap_4096=0.02, ips_4096=3000.0, adam_linear=0.90,

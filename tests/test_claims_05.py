@@ -3,7 +3,7 @@ import pytest
 
 from mnist_helpers import claims
 from mnist_helpers.io import MiB
-from mnist_helpers.lessons.l05_precision_memory import claims_05
+from mnist_helpers.lessons.l05_precision_memory import Measured05, claims_05
 
 QUIET = {"others_cpu_share": 0.01, "busy": False}
 BUSY = {"others_cpu_share": 0.6, "busy": True}
@@ -32,10 +32,10 @@ def leak(train_saved=0, eval_saved=5 * 20 * MiB, train_nodes=70, steps=5):
 
 def judge(device="cpu", bf16=GOOD_BF16, load=QUIET, warnings=2, accum_peaks=(100.0, 60.0, 40.0), **leak_kw):
     accum = [{"k": k, "peak_mib": p, "max_grad_diff": 1e-7} for k, p in zip((1, 2, 4), accum_peaks)]
-    entries = claims_05(device=device, precision={"fp32": FP32, "bf16": bf16},
-                        small=[row(20.0, 15.0, 1.0, [1.0]), row(15.0, 10.0, 1.0, [1.0])], batch_size=128,
-                        amp_load=load, deprecations=warnings, torch_version="2.14.1", accum=accum,
-                        leak=leak(**leak_kw), leak_steps=5)
+    entries = claims_05(Measured05(device=device, precision={"fp32": FP32, "bf16": bf16},
+                                   small=[row(20.0, 15.0, 1.0, [1.0]), row(15.0, 10.0, 1.0, [1.0])], batch_size=128,
+                                   amp_load=load, deprecations=warnings, torch_version="2.14.1", accum=accum,
+                                   leak=leak(**leak_kw), leak_steps=5))
     for e in entries:
         assert not claims.unsourced_numbers(e), (e["id"], claims.unsourced_numbers(e))
         assert e["verdict"] in claims.VERDICTS

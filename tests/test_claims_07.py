@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l07_scaling as scaling
-from mnist_helpers.lessons.l07_scaling import claims_07
+from mnist_helpers import claims, scaling
+from mnist_helpers.lessons import l07_scaling as l07
+from mnist_helpers.lessons.l07_scaling import Measured07, claims_07
 
 QUIET = {"others_cpu_share": 0.02, "load_avg_before": 0.4, "load_avg_after": 0.5, "cores": 2, "wall_s": 60.0,
          "busy": False}
@@ -38,7 +38,7 @@ def measurements(gpus: int, speedup=1.8, comm=0.02, w8=1.10, rounds=5) -> dict:
     """What the notebook would pass on a machine with ``gpus`` GPUs, the article's claims holding by default."""
     one = [1000.0 + 10 * i for i in range(rounds)]
     return dict(
-        plan=scaling.plan(gpus, 16, quick=False), gpu_names=["NVIDIA H100"] * gpus, model="net", batch=128,
+        plan=l07.plan(gpus, 16, quick=False), gpu_names=["NVIDIA H100"] * gpus, model="net", batch=128,
         article=dict(subset=7680, epochs=2, workers=4, rounds=rounds),
         article_rows=[{"label": "1 x 128", "images_per_s_runs": one},
                       {"label": "2 x 64", "images_per_s_runs": [x * (speedup + 0.01 * (i % 2)) for i, x in enumerate(one)]},
@@ -55,13 +55,13 @@ def measurements(gpus: int, speedup=1.8, comm=0.02, w8=1.10, rounds=5) -> dict:
                 "linear_would_be": 2.0},
         memory_rows=memory("cuda" if gpus else "cpu"), shards=shards(),
         mpi={"available": False, "ran": None, "error": None},
-        cuda_index=scaling.cuda_index_probe(gpus) if gpus < 2 else {"gpus": gpus, "ran": True, "indices": [0, 1, 1],
+        cuda_index=l07.cuda_index_probe(gpus) if gpus < 2 else {"gpus": gpus, "ran": True, "indices": [0, 1, 1],
                                                                      "error": None},
         cores=16)
 
 
 def verdicts(**kw) -> dict:
-    entries = claims_07(**kw)
+    entries = claims_07(Measured07(**kw))
     for e in entries:
         assert e["verdict"] in claims.VERDICTS, e
         assert claims.unsourced_numbers({**e, "claim": claims.CATALOG_IDS[e["id"]]["claim"],
@@ -70,7 +70,7 @@ def verdicts(**kw) -> dict:
 
 
 def test_every_id_is_catalogued_and_record_accepts_the_entries(tmp_path):
-    entries = claims_07(**measurements(0))
+    entries = claims_07(Measured07(**measurements(0)))
     assert all(e["id"] in claims.CATALOG_IDS for e in entries)
     assert {e["id"] for e in entries} == {c["id"] for c in claims.CATALOG if c["id"].startswith("07.")}
     res = claims.record("07_scaling_and_multinode", entries, profile="quick", folder=tmp_path)
@@ -81,7 +81,7 @@ def test_gpu_claims_are_not_testable_on_a_cpu_and_keep_the_cpu_numbers_as_contex
     kw = measurements(0, speedup=1.2, comm=0.3, w8=0.8)  # numbers that would judge "does not hold" on GPUs
     v = verdicts(**kw)
     assert all(v[i] == "not testable here" for i in GPU_IDS), v
-    by_id = {e["id"]: e for e in claims_07(**kw)}
+    by_id = {e["id"]: e for e in claims_07(Measured07(**kw))}
     assert "for context" in by_id["07.two_gpu_speedup"]["evidence"]
     assert by_id["07.two_gpu_speedup"]["numbers"]["speedup_median"] == pytest.approx(1.205, abs=0.01)
     assert "2 x 128 (global 256" in by_id["07.comm_negligible"]["evidence"]  # both of the article's settings, labelled
@@ -119,7 +119,7 @@ def test_a_busy_machine_gives_no_verdict_on_timings_on_gpus():
     v = verdicts(**kw)
     assert v["07.two_gpu_speedup"] == v["07.comm_negligible"] == v["07.workers_4_to_8"] == claims.BUSY
     assert v["07.per_gpu_memory"] == "holds"  # memory is not a timing
-    entry = next(e for e in claims_07(**kw) if e["id"] == "07.two_gpu_speedup")
+    entry = next(e for e in claims_07(Measured07(**kw)) if e["id"] == "07.two_gpu_speedup")
     assert entry["contention"]["busy"] is True
     busy_obj = claims.Contention()
     busy_obj.cores, busy_obj.load_before, busy_obj.load_after, busy_obj.wall_s, busy_obj.others_share = 2, 3, 3, 9, 0.8
@@ -159,7 +159,7 @@ def test_mpi_cuda_index_and_mixed_gpus_rows_both_ways():
 def test_mpi_probe_reports_this_torch_build():
     import torch.distributed as dist
 
-    p = scaling.mpi_probe(timeout=30)
+    p = l07.mpi_probe(timeout=30)
     assert p["available"] == dist.is_mpi_available()
     assert (p["ran"] is None) == (not p["available"])
 

@@ -2,8 +2,8 @@
 import pytest
 
 from mnist_helpers import claims
-from mnist_helpers.lessons.l09_profiling import (ARTICLE_BASELINE, LEVERS, claims_09, lever_plan, priority_judgement,
-                                                 runs_summary)
+from mnist_helpers.lessons.l09_profiling import (ARTICLE_BASELINE, LEVERS, Measured09, claims_09, lever_plan,
+                                                 priority_judgement, runs_summary)
 
 CHANGES = {1: {"loader": "tensor", "num_workers": 0, "pin_memory": False}, 2: {"lr": 2e-3}, 3: {"amp": "bf16"},
            4: {"nproc": 2}}
@@ -37,10 +37,11 @@ def judge(gains, changes=CHANGES, load=None, seeds=(0, 1, 2), timer_ok=True, dev
         {"part": p, "share": s} for p, s in (("data wait", 0.1), ("compute", 0.6), ("communication", 0.3))]}]}
     timer = [{"comparison": "threads", "setting": t, "median_ms": 20.0 / t if timer_ok else 0.0, "iqr_ms": 1.0,
               "images_per_s": 32 * t} for t in (1, 2)]
-    entries = claims_09(rows=rows, summary=runs_summary(rows), lever_changes=changes, target=0.97, test_subset=1000,
-                        n_seeds=len(seeds), model="net", dist_note="2 processes on the CPU", run_device="cpu",
-                        priority_load=load, shares=shares, ddp=ddp, timer_rows=timer, timer_batch=128,
-                        timer_load=load, budget_s=60, profile_steps=5, device="cpu", machine="a test machine")
+    entries = claims_09(Measured09(
+        rows=rows, summary=runs_summary(rows), lever_changes=changes, target=0.97, test_subset=1000,
+        n_seeds=len(seeds), model="net", dist_note="2 processes on the CPU", run_device="cpu", priority_load=load,
+        shares=shares, ddp=ddp, timer_rows=timer, timer_batch=128, timer_load=load, budget_s=60, profile_steps=5,
+        device="cpu", machine="a test machine"))
     for e in entries:
         assert e["verdict"] in claims.VERDICTS
         assert not claims.unsourced_numbers(e), (e["id"], claims.unsourced_numbers(e))

@@ -8,7 +8,7 @@ import copy
 import pytest
 
 from mnist_helpers import claims
-from mnist_helpers.lessons.l11_beyond_dp import claims_11
+from mnist_helpers.lessons.l11_beyond_dp import Measured11, claims_11
 
 QUIET = {"others_cpu_share": 0.02, "load_avg_before": 0.5, "load_avg_after": 0.6, "cores": 2, "wall_s": 5.0,
          "busy": False}
@@ -43,7 +43,7 @@ def good() -> dict:
 
 
 def verdicts(**kw) -> dict:
-    entries = claims_11(**kw)
+    entries = claims_11(Measured11(**kw))
     for e in entries:
         assert e["id"].startswith("11.") and e["section"] == "ours" and e["claim"]
         assert claims.unsourced_numbers(e) == [], (e["id"], e["evidence"])
@@ -54,7 +54,7 @@ def verdicts(**kw) -> dict:
 def test_all_hold_on_good_measurements_and_record_accepts_them(tmp_path):
     v = verdicts(**good())
     assert len(v) == 14 and set(v.values()) == {"holds"}, v
-    res = claims.record("11_beyond_data_parallel", claims_11(**good()), profile="quick", folder=tmp_path)
+    res = claims.record("11_beyond_data_parallel", claims_11(Measured11(**good())), profile="quick", folder=tmp_path)
     assert (tmp_path / "11_beyond_data_parallel.json").is_file() and len(res.claims) == 14
 
 
@@ -108,5 +108,6 @@ def test_busy_machine_gives_no_verdict_on_timings_only(busy_as):
     v = verdicts(**{**good(), "ckpt_contention": busy, "compile_contention": busy})
     assert v["11.checkpointing_time"] == v["11.compile_ddp_speed"] == claims.BUSY
     assert v["11.checkpointing_memory"] == v["11.compile_ddp_same"] == "holds"  # not timings: judged anyway
-    entry = next(e for e in claims_11(**{**good(), "ckpt_contention": busy}) if e["id"] == "11.checkpointing_time")
+    entries = claims_11(Measured11(**{**good(), "ckpt_contention": busy}))
+    entry = next(e for e in entries if e["id"] == "11.checkpointing_time")
     assert entry["contention"]["busy"] is True

@@ -92,14 +92,19 @@ def _snapshots(base: Path) -> dict[str, Path]:
 
 
 def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
+    """Every case of the table, group by group (``_CASE_GROUPS``), with the files they point at."""
     roots = _corrupt_roots(tmp / "data", good)
     snaps = _snapshots(tmp / "snaps")
     a_file = tmp / "a_file.txt"
     a_file.write_text("a regular file\n")
     out = str(tmp / "out" / "{}.json")  # a fresh, writable results path per case: it must stay absent
-    no_gpu = "this machine has a GPU" if HAS_CUDA else None
-    c = [
-        # flags out of range, wrong types, unknown choices
+    return [*_flag_cases(tmp), *_machine_cases(out), *_data_cases(tmp, roots, a_file, out),
+            *_output_cases(tmp, a_file, out), *_snapshot_cases(snaps, out), *_port_and_debug_cases(tmp, a_file, port)]
+
+
+def _flag_cases(tmp: Path) -> list[Case]:
+    """Flags out of range, wrong types, unknown choices."""
+    return [
         Case("epochs_zero", [W + "ddp_train", "--epochs", "0", *QUICK], ["num_epochs must be a positive integer, got 0"]),
         Case("batch_not_int", [W + "single", "--batch-size", "lots"], ["--batch-size", "invalid int value: 'lots'"]),
         Case("lr_negative", [W + "single", "--lr", "-1", *QUICK], ["lr must be a positive finite number, got -1.0"]),
@@ -118,7 +123,13 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
         Case("ft_stop_check_every_zero", [W + "ft_train", "--stop-check-every", "0", *QUICK],
              ["--stop-check-every must be >= 1"]),
         Case("doctor_zero_procs", ["mnist_helpers.doctor", "--nproc", "0"], ["--nproc and --batch-size must be >= 1"]),
-        # this machine lacks what was asked for
+    ]
+
+
+def _machine_cases(out: str) -> list[Case]:
+    """This machine lacks what was asked for."""
+    no_gpu = "this machine has a GPU" if HAS_CUDA else None
+    return [
         Case("cuda_without_gpu", [W + "single", "--device", "cuda", *QUICK], ["device 'cuda' was asked for", "not available here", "--device cpu"],
              skip=no_gpu),
         Case("nccl_without_gpu", [W + "ddp_train", "--backend", "nccl", *QUICK],
@@ -126,7 +137,12 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
         Case("bench_amp_allocator_without_gpu", [str(REPO / "scripts" / "bench_amp.py"), "--allocator", "--quick",
                                                  "--out", out.format("amp")],
              ["--allocator", "no CUDA device", "run without --allocator"], outputs=[out.format("amp")], skip=no_gpu),
-        # data: missing, corrupt, a file instead of a folder
+    ]
+
+
+def _data_cases(tmp: Path, roots: dict[str, Path], a_file: Path, out: str) -> list[Case]:
+    """Data: missing, corrupt, a file instead of a folder."""
+    return [
         Case("data_missing", [W + "ddp_train", "--data-root", str(tmp / "nowhere"), *QUICK, "--out", out.format("dm")],
              ["train-images-idx3-ubyte is missing", "fix: run `make data`"], outputs=[out.format("dm")], fresh=True),
         Case("data_partial", [W + "single", "--data-root", str(roots["partial"]), *QUICK],
@@ -143,7 +159,12 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
              ["cannot create the data folder", "python -m mnist_helpers.data --root data"], fresh=True),
         Case("data_cli_check_corrupt", ["mnist_helpers.data", "--root", str(roots["flipped"]), "--check"],
              ["is corrupt: md5", "make data"], code=1),  # --check answers like the doctor: 1 = files not valid
-        # output paths that cannot be written: checked before training
+    ]
+
+
+def _output_cases(tmp: Path, a_file: Path, out: str) -> list[Case]:
+    """Output paths that cannot be written: checked before training."""
+    return [
         Case("out_under_a_file", [W + "ddp_train", *QUICK, "--out", str(a_file / "sub" / "out.json")],
              ["--out", "cannot be created", f"{a_file} is a file, not a folder"], outputs=[str(a_file / "sub" / "out.json")], fresh=True),
         Case("out_in_proc", [W + "single", *QUICK, "--out", "/proc/mnist_out.json"], ["--out /proc/mnist_out.json cannot be written"]),
@@ -158,7 +179,12 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
              ["--world-sizes must be comma-separated integers", "'2,four'"]),
         Case("bench_loader_subset", [str(REPO / "scripts" / "bench_loader.py"), "--subset", "0"],
              ["--subset must be between 1 and 60000"]),
-        # snapshots that do not belong to this run
+    ]
+
+
+def _snapshot_cases(snaps: dict[str, Path], out: str) -> list[Case]:
+    """Snapshots that do not belong to this run."""
+    return [
         Case("snapshot_garbage", [W + "single", *QUICK, "--snapshot", str(snaps["garbage"]), "--out", out.format("sg")],
              ["not a snapshot written by this series", "torch.save did not write it", f"rm {snaps['garbage']}",
               "point --snapshot at another file"],
@@ -173,7 +199,12 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
              ["batch_size: snapshot 64, this run 32", "--batch-size 64"]),
         Case("snapshot_other_world_size", [W + "ft_train", *QUICK, "--snapshot", str(snaps["two_procs"])],
              ["processes: snapshot 2, this run 1", "2 processes"]),
-        # a rendezvous port someone else holds (a fixed MASTER_PORT, as in the article)
+    ]
+
+
+def _port_and_debug_cases(tmp: Path, a_file: Path, port: int) -> list[Case]:
+    """A rendezvous port someone else holds (a fixed master_port, as in the article), and --debug."""
+    return [
         Case("port_in_use", [W + "ddp_train", *QUICK, "--timeout", "20"], [f"MASTER_PORT {port} on 127.0.0.1 is in use by pid",
              "torchrun --standalone"], env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0",
                                             "WORLD_SIZE": "1", "LOCAL_RANK": "0"}),
@@ -183,8 +214,10 @@ def _cases(tmp: Path, good: Path, port: int = 0) -> list[Case]:
         Case("debug_env", [W + "single", "--data-root", str(a_file), *QUICK], ["Traceback", "is a file"],
              env={"MNIST_DEBUG": "1"}),
     ]
-    return c
 
+
+# the table, in order (_case_ids reads the cases' ids from these functions' source)
+_CASE_GROUPS = (_flag_cases, _machine_cases, _data_cases, _output_cases, _snapshot_cases, _port_and_debug_cases)
 
 def _run(case: Case, env: dict) -> dict:
     """One case as a plain new process: ``python -m module args`` or ``python scripts/x.py args``."""
@@ -284,12 +317,13 @@ def table(tmp_path_factory, mnist_root):
 
 
 def _case_ids() -> list[str]:
-    """The table's ids without building its files (parsed from _cases' source)."""
+    """The table's ids without building its files (parsed from the source of _cases' groups)."""
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(_cases))
-    return [n.args[0].value for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Case"]
+    trees = [ast.parse(inspect.getsource(group)) for group in _CASE_GROUPS]
+    return [n.args[0].value for tree in trees for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "Case"]
 
 
 def test_the_table_is_big_enough():

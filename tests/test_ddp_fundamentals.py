@@ -1,4 +1,5 @@
-"""Every claim of 06_ddp_fundamentals, asserted on CPU with gloo (2 and 3 processes).
+"""The demo workers of 12_ddp_in_depth (the appendix to 06; 08 reuses them) and the kernel-side probes of its
+lesson module, asserted on CPU with gloo (2 and 3 processes): every mechanism 12 judges a claim on.
 
 Starting torch in a process costs seconds, so each world size is one torchrun launch that runs
 several demos in the same process group (``mnist_helpers.workers.demos``).
@@ -149,7 +150,7 @@ def test_the_articles_script_runs_as_written(mnist_root, tmp_path):
 
 def test_mp_spawn_of_a_main_function_fails_without_a_file():
     """08's reproduction (workers/bugs/spawn_main.py) run as ``python -c`` fails; the same file run as a script works."""
-    from mnist_helpers.lessons.l06_ddp import spawn_from_a_file, spawn_like_a_notebook
+    from mnist_helpers.lessons.l12_ddp_in_depth import spawn_from_a_file, spawn_like_a_notebook
 
     like_notebook = spawn_like_a_notebook()
     assert like_notebook["returncode"] != 0 and not like_notebook["finished"]
@@ -160,7 +161,7 @@ def test_mp_spawn_of_a_main_function_fails_without_a_file():
 
 
 def test_what_init_process_group_needs():
-    from mnist_helpers.lessons.l06_ddp import init_requirements
+    from mnist_helpers.lessons.l12_ddp_in_depth import init_requirements
 
     r = init_requirements()
     steps = list(r["env_steps"].values())

@@ -15,7 +15,7 @@ import pytest
 
 from mnist_helpers import claims
 from mnist_helpers.errors import UsageError
-from mnist_helpers.lessons import l01_resources as l01
+from mnist_helpers.memory import gpu_memory_verdict
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "device_check.sh"
@@ -227,50 +227,52 @@ def test_fp32_on_cuda_is_ieee_and_tf32_its_own_mode():
     """The GPU-only switch of compare_precisions, checked without a GPU: the flags are plain attributes."""
     import torch
 
-    from mnist_helpers.precision import MODES, _cuda_math
+    from mnist_helpers.precision import MODES, cuda_math
 
     assert "tf32" in MODES
     flags = (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")
     before = [getattr(o, a) for o, a in flags]
     cuda = torch.device("cuda", 0)
     for mode, want in (("fp32", False), ("fp32 channels_last", False), ("tf32", True)):
-        with _cuda_math(mode, cuda):
+        with cuda_math(mode, cuda):
             assert [getattr(o, a) for o, a in flags] == [want, want], mode
         assert [getattr(o, a) for o, a in flags] == before
     torch.backends.cudnn.allow_tf32 = not before[0]
     try:
-        with _cuda_math("fp32", torch.device("cpu")), _cuda_math("bf16", cuda):  # CPU and autocast: untouched
+        with cuda_math("fp32", torch.device("cpu")), cuda_math("bf16", cuda):  # CPU and autocast: untouched
             assert torch.backends.cudnn.allow_tf32 is (not before[0])
     finally:
         torch.backends.cudnn.allow_tf32 = before[0]
 
 
 def test_a_failing_run_does_not_end_the_benchmark(tmp_path, monkeypatch, capsys):
-    """scripts/bench_time_to_accuracy.py: a run that raises (a graph capture, a compilation) is recorded and the
-    others go on; the JSON says so and the exit code is 1."""
+    """scripts/bench_speedrun.py: a run that raises (a graph capture, a compilation) is recorded and the others go
+    on; the JSON says so and the exit code is 1."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_tta", REPO / "scripts" / "bench_time_to_accuracy.py")
+    spec = importlib.util.spec_from_file_location("bench_speedrun", REPO / "scripts" / "bench_speedrun.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
 
-    def fake_run(recipe, targets, *, seed, **kw):
+    def fake_run(recipe, seed, **kw):
         if recipe.name == "fast" and seed == 1:
             raise RuntimeError("CUDA graph capture failed")
-        hit = {"train_s": 1.0 + seed, "wall_s": 2.0, "epochs": 0.5, "steps": 4, "images": 512, "acc": 0.996}
-        return {"recipe": recipe.name, "seed": seed, "targets": {f"{t:g}": dict(hit) for t in targets},
-                "final_acc": 0.996, "train_s": 2.0, "wall_s": 3.0, "setup_s": 0.1, "images_per_s": 256.0}
+        t = 120.0 if recipe.name == "article" else 1.0
+        return {"recipe": recipe.name, "seed": seed, "protocol": "fixed-schedule", "final_acc": 0.996,
+                "train_s": t, "setup_s": 0.1, "eval_s": 0.1, "wall_s": t + 1, "images_per_s": 256.0,
+                "compute_dtype": "float32"}
 
-    monkeypatch.setattr(bench.speedrun, "time_to_accuracy", fake_run)
-    out = tmp_path / "tta.json"
+    monkeypatch.setattr(bench.speedrun, "fixed_schedule", fake_run)
+    out = tmp_path / "speedrun.json"
     code = bench.main(["--seeds", "2", "--device", "cpu", "--fast", "smallnet", "--out", str(out)])
     doc = json.loads(out.read_text())
-    assert code == 1 and doc["complete"] is True
+    assert code == 1 and doc["complete"] is True and doc["protocol"] == "fixed-schedule"
     assert doc["errors"] == [{"recipe": "fast", "seed": 1, "error": "RuntimeError: CUDA graph capture failed"}]
     assert [(r["recipe"], r["seed"]) for r in doc["runs"]] == [("article", 0), ("fast", 0), ("fast995", 0),
                                                                 ("article", 1), ("fast995", 1)]
     assert "failed" in capsys.readouterr().err
-    assert {c["id"]: c["verdict"] for c in doc["claims"]}["10.speedrun_995"] in ("holds", claims.BUSY)
+    # 2 seeds of a 10-seed protocol: never "holds"
+    assert {c["id"]: c["verdict"] for c in doc["claims"]}["10.speedrun_995"] in ("inconclusive", claims.BUSY)
 
 
 # --------------------------------------------------------------------------- the GPU claims (judged by code)
@@ -334,7 +336,7 @@ def test_gpu_memory_is_the_articles_step_against_its_8_gb(tmp_path, peak_mib, wa
             _amp_row(128, "bf16", 1.0e5, 0.7 * peak_mib, 0.2 * peak_mib),
             _amp_row(2048, "fp32", 3.0e5, 6000.0, 5000.0), _amp_row(2048, "bf16", 4.0e5, 3000.0, 2500.0)]
     entry = dc.judge(_fake_run(tmp_path / "res", rows, {})).claims["01.gpu_memory_enough"]
-    assert entry["verdict"] == want == l01.gpu_memory_verdict(peak_mib)["verdict"]
+    assert entry["verdict"] == want == gpu_memory_verdict(peak_mib)["verdict"]
     assert entry["numbers"]["largest_peak_mib"] == 6000.0 and not claims.unsourced_numbers(entry)
 
 

@@ -117,7 +117,7 @@ def test_notebook_07_on_two_gpus():
 def test_notebook_07_takes_its_devices_and_world_sizes_from_the_plan():
     # a %%writefile cell (section 3's shards.py) is a file the learner writes, not the kernel's Python
     code = "\n".join(c for c in cells("07_scaling_and_multinode") if not c.startswith("%%"))
-    assert "scaling.plan(" in code
+    assert "l07.plan(" in code
     assert '"cuda" if GPUS' not in code and "torch.cuda.device_count()" not in code
     sweep = calls(code, "allreduce_sweep")
     assert sweep and all(keyword(c, "device") == "AR_DEVICE" for c in sweep)

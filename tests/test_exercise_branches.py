@@ -6,12 +6,13 @@ answers with the verdict and a phrase of the branch that must answer them: each 
 _not_a_number) has a row, plus the confusions a learner makes (swapped pairs, percent for fraction, off by one, just
 inside and just outside a tolerance). Besides the rows themselves the file checks the table: every `return` of a check
 is reached by a fast row (traced with sys.settrace), every phrase belongs to one `return` only, and each branch of
-06-2/06-3 that follows the torchrun launch has exactly one row that really launches (marked `process`).
+06-2/12-1 that follows the torchrun launch has exactly one row that really launches (marked `process`).
 Rows marked xfail are bugs found while writing this table (their reason says which); they are left unfixed.
 """
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import inspect
 import math
@@ -105,21 +106,37 @@ def _in_a_file(text):
     return make
 
 
-# ------------------------------------------------------------------------------------------ 06: the scripts
-BUGGY_LOCAL_RANK = E.BUGGY_LOCAL_RANK_WORKER
-FIXED_LOCAL_RANK = solution_answer("06-2")
+# ------------------------------------------------------------------------------------------ 12-2: generators
+def _rng(fn):
+    """A ``rank_generator`` as a learner writes it (a Given: the function is made at call time)."""
+    return lambda: contextlib.nullcontext(fn)
+
+
+def _reseeds_global(seed, rank):
+    torch.manual_seed(seed + rank)  # a generator of its own, but the global one reseeded on the way
+    return torch.Generator().manual_seed(seed + rank)
+
+
+def _fresh_seed_each_call():
+    calls = iter(range(10**6))
+    return lambda seed, rank: torch.Generator().manual_seed(seed + rank + 1000 * next(calls))
+
+
+# ------------------------------------------------------------------------------------------ 06 and 12: the scripts
+BUGGY_LOCAL_RANK = Path(E.LOCAL_RANK_STARTER).read_text()
+FIXED_LOCAL_RANK = Path(solution_answer("12-1")).read_text()
 assert 'device = f"cuda:{args.local_rank}"' in BUGGY_LOCAL_RANK
-LOCAL_RANK_EDITS = {  # the same for 06-2's worker
+LOCAL_RANK_EDITS = {  # the same for 12-1's worker
     "os not imported": BUGGY_LOCAL_RANK.replace('device = f"cuda:{args.local_rank}"',
                                                 "device = f\"cuda:{int(os.environ['LOCAL_RANK'])}\""),
     "no index": BUGGY_LOCAL_RANK.replace('device = f"cuda:{args.local_rank}"', 'device = "cuda"'),
 }
 
 
-BUCKETS = {"25": [1_199_882], "1": [1_181_066, 18_816]}    # 06-3's worker on 2 CPU processes (torch 2.x, gloo)
+BUCKETS = {"25": [1_199_882], "1": [1_181_066, 18_816]}    # 06-2's worker on 2 CPU processes (torch 2.x, gloo)
 CRASH = "[rank0]: NameError: name 'os' is not defined"
 
-# 06-2 and 06-3 decide on what their worker wrote under torchrun: with a real answer every branch after
+# 06-2 and 12-1 decide on what their worker wrote under torchrun: with a real answer every branch after
 # `_launch_script(...)` is only reached by launching. So those branches get two kinds of row:
 # - a row with `launch=(json, error)`: a stand-in for _launch_script returns what the worker would have written; it
 #   tests the check's decision in the fast part (and the branch-completeness test below counts it);
@@ -280,30 +297,6 @@ ROWS = {
         *garbage("MiB", "18.3 MiB"),
     ],
     "06-2": [
-        Row(..., False, "expected the fixed script as a string (or a path to it)", shows=("got ellipsis",)),
-        Row(42, False, "expected the fixed script as a string (or a path to it)", shows=("got int",)),
-        Row(LOCAL_RANK_EDITS["os not imported"], False, "the script failed under torchrun with 2 processes",
-            shows=(CRASH,), launch=(None, CRASH), name="crash"),
-        Row(FIXED_LOCAL_RANK, True, "rank 0 picks cuda:0 and rank 1 cuda:1", launch=(["cuda:0", "cuda:1"], None),
-            name="fixed"),
-        Row(Given("fixed, as a path", _in_a_file(FIXED_LOCAL_RANK)), True, "rank 0 picks cuda:0 and rank 1 cuda:1",
-            launch=(["cuda:0", "cuda:1"], None)),
-        Row(BUGGY_LOCAL_RANK, False, "both processes still pick cuda:0", launch=(["cuda:0", "cuda:0"], None),
-            name="untouched"),
-        Row(FIXED_LOCAL_RANK, False, "(one GPU per process on a node)", shows=("picked ['cuda:1', 'cuda:0']",),
-            launch=(["cuda:1", "cuda:0"], None), name="swapped"),
-        Row(LOCAL_RANK_EDITS["no index"], False, "(one GPU per process on a node)", shows=("picked ['cuda', 'cuda']",),
-            launch=(["cuda", "cuda"], None), name="no index"),
-        Row(FIXED_LOCAL_RANK, False, "(one GPU per process on a node)", shows=("picked None",), launch=(None, None),
-            name="no --out"),
-        process(Row(FIXED_LOCAL_RANK, True, "rank 0 picks cuda:0 and rank 1 cuda:1", name="fixed, launched")),
-        process(Row(BUGGY_LOCAL_RANK, False, "both processes still pick cuda:0", name="untouched, launched")),
-        process(Row(LOCAL_RANK_EDITS["os not imported"], False, "the script failed under torchrun with 2 processes",
-                    shows=("NameError: name 'os' is not defined",), name="os not imported, launched")),
-        process(Row(LOCAL_RANK_EDITS["no index"], False, "(one GPU per process on a node)",
-                    shows=("picked ['cuda', 'cuda']",), name="no index, launched")),
-    ],
-    "06-3": [
         Row(..., False, "expected a pair of whole numbers"),
         Row((1,), False, "expected a pair of whole numbers"),
         Row((1, 2, 3), False, "expected a pair of whole numbers"),
@@ -316,7 +309,7 @@ ROWS = {
         Row((2, 1), False, "you predicted ", shows=("you predicted (2, 1)",), launch=(BUCKETS, None)),
         Row((8, 8), False, "you predicted ", shows=("you predicted (8, 8)",), launch=(BUCKETS, None)),
         Row((1, 1), False, "you predicted ", launch=(BUCKETS, None)),
-        # the worker launched is the module's own BUCKET_COUNTER_WORKER: no answer makes it fail, only a broken
+        # the worker launched is the series' own bucket_counter.py: no answer makes it fail, only a broken
         # torch or torchrun does, so this branch has only its stand-in row (and no real launch row)
         Row((1, 2), False, "the measurement itself failed (not your answer)", shows=(CRASH,), launch=(None, CRASH),
             name="measurement failed"),
@@ -464,6 +457,54 @@ ROWS = {
         bug(Row((1024.9, 1024), False, ""), "int() truncates: (1024.9, 1024) is accepted as (1024, 1024)"),
         bug(Row((math.inf, 1024), False, "expected a pair of ints"), "int(inf) raises OverflowError, not caught",
             raises=OverflowError),
+    ],
+    "12-1": [
+        Row(..., False, "expected the path of your fixed script", shows=("got ellipsis",)),
+        Row(42, False, "expected the path of your fixed script", shows=("got int",)),
+        Row(LOCAL_RANK_EDITS["os not imported"], False, "the script failed under torchrun with 2 processes",
+            shows=(CRASH,), launch=(None, CRASH), name="crash"),
+        Row(FIXED_LOCAL_RANK, True, "rank 0 picks cuda:0 and rank 1 cuda:1", launch=(["cuda:0", "cuda:1"], None),
+            name="fixed"),
+        Row(Given("fixed, as a path", _in_a_file(FIXED_LOCAL_RANK)), True, "rank 0 picks cuda:0 and rank 1 cuda:1",
+            launch=(["cuda:0", "cuda:1"], None)),
+        Row(BUGGY_LOCAL_RANK, False, "both processes still pick cuda:0", launch=(["cuda:0", "cuda:0"], None),
+            name="untouched"),
+        Row(FIXED_LOCAL_RANK, False, "(one GPU per process on a node)", shows=("picked ['cuda:1', 'cuda:0']",),
+            launch=(["cuda:1", "cuda:0"], None), name="swapped"),
+        Row(LOCAL_RANK_EDITS["no index"], False, "(one GPU per process on a node)", shows=("picked ['cuda', 'cuda']",),
+            launch=(["cuda", "cuda"], None), name="no index"),
+        Row(FIXED_LOCAL_RANK, False, "(one GPU per process on a node)", shows=("picked None",), launch=(None, None),
+            name="no --out"),
+        process(Row(FIXED_LOCAL_RANK, True, "rank 0 picks cuda:0 and rank 1 cuda:1", name="fixed, launched")),
+        process(Row(BUGGY_LOCAL_RANK, False, "both processes still pick cuda:0", name="untouched, launched")),
+        process(Row(LOCAL_RANK_EDITS["os not imported"], False, "the script failed under torchrun with 2 processes",
+                    shows=("NameError: name 'os' is not defined",), name="os not imported, launched")),
+        process(Row(LOCAL_RANK_EDITS["no index"], False, "(one GPU per process on a node)",
+                    shows=("picked ['cuda', 'cuda']",), name="no index, launched")),
+    ],
+    "12-2": [
+        Row(Given("seed + rank", _rng(lambda seed, rank: torch.Generator().manual_seed(seed + rank))), True,
+            "each rank draws its own shifts"),
+        Row(..., False, "expected your function `rank_generator` itself"),
+        Row(42, False, "expected your function `rank_generator` itself", shows=("got int",)),
+        Row(Given("raises", _rng(lambda seed, rank: 1 / 0)), False, ") raised ",
+            shows=("rank_generator(0, 0) raised ZeroDivisionError",)),
+        Row(Given("returns an int", _rng(lambda seed, rank: seed + rank)), False, "return a torch.Generator, seeded",
+            shows=("returned int",)),
+        Row(Given("torch.manual_seed", _rng(lambda seed, rank: torch.manual_seed(seed + rank))), False,
+            "you used torch's global generator"),
+        Row(Given("reseeds the global one too", _rng(_reseeds_global)), False, "you used torch's global generator"),
+        Row(Given("a fresh seed each call", _rng(_fresh_seed_each_call())), False, "a rerun would not be reproducible"),
+        Row(Given("seed only", _rng(lambda seed, rank: torch.Generator().manual_seed(seed))), False,
+            "every rank draws the same shifts: that is the article's one seed", shows=("with seed 0",)),
+        Row(Given("unseeded", _rng(lambda seed, rank: torch.Generator())), False,
+            "every rank draws the same shifts: that is the article's one seed"),
+        Row(Given("seed + rank % 2", _rng(lambda seed, rank: torch.Generator().manual_seed(seed + rank % 2))), False,
+            " draw the same shifts with seed ", shows=("ranks 0 and 2",)),
+        Row(Given("seed * rank", _rng(lambda seed, rank: torch.Generator().manual_seed(seed * rank))), False,
+            "every rank draws the same shifts: that is the article's one seed", shows=("with seed 0",)),
+        Row(Given("rank only", _rng(lambda seed, rank: torch.Generator().manual_seed(rank))), False,
+            "the seed changes nothing"),
     ],
 }
 
@@ -622,7 +663,7 @@ def test_every_phrase_names_one_return():
     assert not bad, "\n".join(bad)
 
 
-# branches after the launch that no answer can reach: only a broken environment gets there (see the 06-3 rows)
+# branches after the launch that no answer can reach: only a broken environment gets there (see the 06-2 rows)
 NO_REAL_LAUNCH = {("check_bucket_prediction", "the measurement itself failed (not your answer)")}
 
 

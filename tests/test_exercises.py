@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
@@ -26,13 +27,14 @@ WRONG = {
     "01-2": ((8, 16), "quarter to a half"), "02-1": (12.5 / 60_000, "invert"), "02-2": (94.67, "percentage"),
     "03-1": (4, "smallest"), "03-2": (128, "multiple of 128"), "04-1": (0.2, "square-root"),
     "04-2": (4e-3, "linear scaling"), "05-1": (8, "second process"), "05-2": (1_199_882 * 4 / 2**20, "weights alone"),
-    "06-2": (E.BUGGY_LOCAL_RANK_WORKER, "cuda:0"),
-    "06-3": ((8, 8), "you predicted"), "07-1": (3.2, "speedup"),
+    "06-2": ((8, 8), "you predicted"), "07-1": (3.2, "speedup"),
     "07-2": (75, "two"), "08-1": (80, "1024-65535"), "08-2": (None, "float"),
     "09-1": (24, "percentage"), "09-2": (["distribution", "lr_and_optimizer", "amp_and_accumulation",
                                           "batch_size_and_workers"], "position 1"),
     "10-1": (300, "step"), "10-2": (1.0, "Hint"),
     "11-1": (16 * 34_389_002 / 2**20, "every rank"), "11-2": ((4096, 256), "RowwiseParallel"),
+    "12-1": (Path(E.LOCAL_RANK_STARTER).read_text(), "cuda:0"),
+    "12-2": (lambda seed, rank: torch.Generator().manual_seed(seed), "every rank draws the same shifts"),
     # issue 48: the learner writes code; a typical mistake each (03-3's timing is a stand-in: TIMED below)
     "02-3": (lambda model, loader: sum((model(X).argmax(1) == y).float().mean().item() for X, y in loader) / 3,
              "training mode"),
@@ -50,7 +52,7 @@ WRONG = {
 # and "(1, 2), launched", which assert the verdict, the feedback and the printed line, as the two tests below do),
 # and their solutions run in a kernel in test_solutions_notebook_runs_in_a_kernel; not a third time here (issue 46).
 # 06-1, 08-3 (issue 48): tests/test_exercise_code_launch.py launches the solution and the untouched starter
-LAUNCHING = {"06-1", "06-2", "06-3", "07-3", "08-3"}  # 07-3: tests/test_exercise_07_resume.py launches it
+LAUNCHING = {"06-1", "06-2", "07-3", "08-3", "12-1"}  # 07-3: tests/test_exercise_07_resume.py launches it
 ALL = [pytest.param(e, id=e.id) for e in E.EXERCISES if e.id not in LAUNCHING]
 
 

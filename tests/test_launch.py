@@ -12,8 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mnist_helpers.launch import (LaunchError, _check_devices, _finished_then_aborted, _root_cause, build_command,
-                                  torchrun)
+from mnist_helpers.launch import (LaunchError, LaunchOptions, build_command, check_devices, find_root_cause,
+                                  finished_then_aborted, torchrun)
 from mnist_helpers.ports import free_port
 
 WORKERS = Path(__file__).resolve().parent / "launch_workers"
@@ -198,7 +198,7 @@ def test_cuda_request_without_gpus_gives_a_runnable_command(tmp_path):
         pytest.skip("this machine has a GPU")
     out = tmp_path / "results.json"
     with pytest.raises(ValueError, match="no usable CUDA device") as info:
-        run_workers("ok_worker.py", device="cuda", out=out)
+        run_workers("ok_worker.py", device="cuda", options=LaunchOptions(out=out))
     suggested = [ln.strip() for ln in str(info.value).splitlines() if "torch.distributed.run" in ln]
     assert len(suggested) == 1 and "--nproc-per-node 2" in suggested[0]
     assert "mnist_launch_" not in suggested[0]  # no launcher temp paths in a pasteable command
@@ -214,14 +214,14 @@ def test_device_checks_without_launching():
         return f"cmd --nproc-per-node {n} on {dev}"
 
     with pytest.raises(ValueError) as info:  # as on a one-GPU machine
-        _check_devices("cuda", 2, 1, suggest)
+        check_devices("cuda", 2, 1, suggest)
     assert "cmd --nproc-per-node 1 on cuda" in str(info.value)
     assert "cmd --nproc-per-node 2 on cpu" in str(info.value)
-    assert _check_devices("auto", 1, 1, suggest) == "cuda"
+    assert check_devices("auto", 1, 1, suggest) == "cuda"
     with pytest.warns(UserWarning, match="compete for cores"):
-        _check_devices("cpu", (os.cpu_count() or 1) + 1, 0, suggest)
+        check_devices("cpu", (os.cpu_count() or 1) + 1, 0, suggest)
     with pytest.raises(ValueError, match="device must be"):
-        _check_devices("tpu", 1, 0, suggest)
+        check_devices("tpu", 1, 0, suggest)
 
 
 ROOT_CAUSE_SECTION = """[torchrun] Root Cause (first observed failure):
@@ -237,7 +237,7 @@ ROOT_CAUSE_SECTION = """[torchrun] Root Cause (first observed failure):
 def test_root_cause_without_error_file(tmp_path):
     no_file = tmp_path / "missing.json"
     killed = ROOT_CAUSE_SECTION.format(code=-9, traceback="Signal 9 (SIGKILL) received by PID 4242")
-    assert _root_cause(killed, no_file) == (
+    assert find_root_cause(killed, no_file) == (
         3, -9, "Signal 9 (SIGKILL) received by PID 4242 (often the out-of-memory killer)")
     printed = ("[rank 3] Traceback (most recent call last):\n"
                '[rank 3]   File "train.py", line 7, in <module>\n'
@@ -246,7 +246,7 @@ def test_root_cause_without_error_file(tmp_path):
                "[rank 0] Traceback (most recent call last):\n"  # another rank, stopped later
                "[rank 0] KeyboardInterrupt\n")
     unrecorded = printed + ROOT_CAUSE_SECTION.format(code=1, traceback="To enable traceback see: ...")
-    rank, code, cause = _root_cause(unrecorded, no_file)
+    rank, code, cause = find_root_cause(unrecorded, no_file)
     assert (rank, code) == (3, 1)
     assert cause.splitlines()[0] == "RuntimeError: shapes do not match" and "train.py" in cause
 
@@ -254,7 +254,7 @@ def test_root_cause_without_error_file(tmp_path):
 def test_a_failure_of_rank_0_is_named_rank_0_not_torchrun(tmp_path):
     """Rank 0 is a rank like any other: its failure is reported as "rank 0 failed", and only a failure with no rank
     (torchrun itself) as "torchrun". (A test of ``rank`` for truth instead of ``is not None`` blamed torchrun.)"""
-    from mnist_helpers.launch import _raise_on_failure
+    from mnist_helpers.launch import raise_on_failure
 
     printed = ("[rank 0] Traceback (most recent call last):\n"
                '[rank 0]   File "train.py", line 7, in <module>\n'
@@ -263,7 +263,7 @@ def test_a_failure_of_rank_0_is_named_rank_0_not_torchrun(tmp_path):
         "rank      : 3 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
     for output, who, rank in ((printed + section, "rank 0", 0), ("torchrun: error: bad flag\n", "torchrun", None)):
         with pytest.raises(LaunchError) as err:
-            _raise_on_failure(1, ["torchrun", "w.py"], output, tmp_path / "missing.json", 60)
+            raise_on_failure(1, ["torchrun", "w.py"], output, tmp_path / "missing.json", 60)
         assert str(err.value).startswith(f"{who} failed (exit code 1)"), str(err.value)
         assert err.value.rank == rank
 
@@ -275,20 +275,20 @@ def test_a_rank_aborted_after_a_peers_expected_error_names_the_peers_error(tmp_p
               "[rank 0]   fix: put --snapshot on a filesystem every node shares\n"
               "[rank 3] terminate called after throwing an instance of 'gloo::IoException'\n"
               + ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242"))
-    rank, code, cause = _root_cause(output, tmp_path / "missing.json")
+    rank, code, cause = find_root_cause(output, tmp_path / "missing.json")
     assert rank == 0 and code is None
     assert cause.startswith("error: the snapshot is not the same file on every rank\n  fix: put --snapshot")
     assert "rank 3 was then stopped by Signal 6 (SIGABRT)" in cause
     alone = ("[rank 3] terminate called after throwing an instance of 'gloo::IoException'\n"
              + ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242"))
-    rank, code, cause = _root_cause(alone, tmp_path / "missing.json")
+    rank, code, cause = find_root_cause(alone, tmp_path / "missing.json")
     assert (rank, code) == (3, -6) and "terminate called" in cause  # no peer error: the abort is the cause
     own = ("[rank 0] error: the snapshot is not the same file on every rank\n"
            "[rank 0]   fix: put --snapshot on a filesystem every node shares\n"
            "[rank 0] terminate called without an active exception\n"
            + ROOT_CAUSE_SECTION.format(code=-7, traceback="Signal 7 (SIGBUS) received by PID 4242").replace(
                "rank      : 3 (local_rank: 1)", "rank      : 0 (local_rank: 0)"))
-    rank, code, cause = _root_cause(own, tmp_path / "missing.json")  # the rank that reported then died at exit
+    rank, code, cause = find_root_cause(own, tmp_path / "missing.json")  # the rank that reported then died at exit
     assert rank == 0 and cause.startswith("error: the snapshot is not the same file on every rank")
     assert "rank 0 then died at exit by Signal 7 (SIGBUS)" in cause
 
@@ -301,9 +301,9 @@ def test_an_abort_at_exit_after_complete_results_is_not_a_failure(tmp_path):
     section = ROOT_CAUSE_SECTION.format(code=-6, traceback="Signal 6 (SIGABRT) received by PID 4242")
     aborted = ("[rank 3] epoch 1: 11.2 s, test accuracy 87.65% (2,000 images)\n"
                "[rank 3] terminate called without an active exception\n" + section)
-    assert _finished_then_aborted(1, aborted, results) == ([3], {"correct": 1754, "count": 2000})
+    assert finished_then_aborted(1, aborted, results) == ([3], {"correct": 1754, "count": 2000})
     for status in (0, "timeout"):
-        assert _finished_then_aborted(status, aborted, results) is None
+        assert finished_then_aborted(status, aborted, results) is None
     # as measured (two launchers at once, 2 of 40 runs): the aborted rank's stdout after its stderr line, and the
     # peer stopped by torchrun
     peer = ROOT_CAUSE_SECTION.format(code=-15, traceback="Signal 15 (SIGTERM) received by PID 4243").replace(
@@ -314,7 +314,7 @@ def test_an_abort_at_exit_after_complete_results_is_not_a_failure(tmp_path):
                    "[rank 3] epoch 1: 1.7 s, test accuracy 82.00% (500 images)\n"
                    "[torchrun] E1207 15:00:08.803000 7175 api.py:1002] failed (exitcode: -6) local_rank: 1 (pid: 1)\n"
                    + peer + section)
-    assert _finished_then_aborted(1, interleaved, results) == ([3], {"correct": 1754, "count": 2000})
+    assert finished_then_aborted(1, interleaved, results) == ([3], {"correct": 1754, "count": 2000})
     cases = {
         "SIGTERM alone": (peer, results),
         "a peer killed": (interleaved.replace("exitcode  : -15", "exitcode  : -9"), results),
@@ -333,4 +333,4 @@ def test_an_abort_at_exit_after_complete_results_is_not_a_failure(tmp_path):
     }
     (tmp_path / "cut.json").write_text('{"correct": 17')
     for name, (output, path) in cases.items():
-        assert _finished_then_aborted(1, output, path) is None, name
+        assert finished_then_aborted(1, output, path) is None, name

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mnist_helpers import launch
-from mnist_helpers.launch import _check_devices, _device_note
+from mnist_helpers.launch import check_devices, device_note
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_COUNTS = (0, 1, 2, 4)
@@ -61,10 +61,10 @@ def suggest(n, dev):
 
 def test_the_launches_are_found():
     # notebooks 00, 06 and 09 launch 2-process runs on the one device their comparison chose (a variable from
-    # distributed.comparison_device, tests/test_device_choice.py), 06's demos with the default; 05 one on "cpu"
+    # distributed.comparison_device, tests/test_device_choice.py), 12's demos with the default; 05 one on "cpu"
     chosen = [(w, n, d) for w, n, d in LAUNCHES if n == 2 and d not in ("auto", "cpu", "cuda")]
     assert {w.split(" ")[0][:2] for w, *_ in chosen} >= {"00", "06", "09"}, LAUNCHES
-    assert any(w.startswith("06") and n == 2 and d == "auto" for w, n, d in LAUNCHES), LAUNCHES
+    assert any(w.startswith("12") and n == 2 and d == "auto" for w, n, d in LAUNCHES), LAUNCHES
     assert any(w.startswith("05") and d == "cpu" for w, _, d in LAUNCHES), LAUNCHES
     assert len(LAUNCHES) >= 12, LAUNCHES
 
@@ -81,12 +81,12 @@ def test_every_launch_runs_on_this_many_gpus(where, nproc, device, gpus):
     devices = [device] if device in ("auto", "cpu", "cuda") else ["auto", "cpu"]  # a lesson's device parameter
     for n in counts:
         for dev in devices:
-            got = _check_devices(dev, n, gpus, suggest)
+            got = check_devices(dev, n, gpus, suggest)
             if dev == "cpu":
                 assert got == "cpu"
             else:
                 assert got == ("cuda" if gpus >= n else "cpu"), (where, n, dev, gpus)
-            note = _device_note(dev, got, n, gpus)
+            note = device_note(dev, got, n, gpus)
             assert note.startswith(f"{n} process") and "\n" not in note and "#" not in note
             assert ("nccl" in note) == (got == "cuda") and ("gloo" in note) == (got == "cpu")
 
@@ -94,7 +94,7 @@ def test_every_launch_runs_on_this_many_gpus(where, nproc, device, gpus):
 @pytest.mark.parametrize("gpus,nproc", [(0, 1), (0, 2), (1, 2), (2, 4), (4, 8)])
 def test_explicit_cuda_with_too_few_gpus_is_refused_with_a_working_command(gpus, nproc):
     with pytest.raises(ValueError, match="asked for") as info:
-        _check_devices("cuda", nproc, gpus, suggest)
+        check_devices("cuda", nproc, gpus, suggest)
     msg = str(info.value)
     assert f"torchrun --nproc-per-node {nproc} (cpu)" in msg
     if gpus:
@@ -103,6 +103,6 @@ def test_explicit_cuda_with_too_few_gpus_is_refused_with_a_working_command(gpus,
 
 @pytest.mark.parametrize("gpus", [1, 2, 4])
 def test_auto_uses_every_gpu_it_can(gpus):
-    assert _check_devices("auto", gpus, gpus, suggest) == "cuda"
-    assert _check_devices("cuda", gpus, gpus, suggest) == "cuda"
-    assert _check_devices("auto", gpus + 1, gpus, suggest) == "cpu"
+    assert check_devices("auto", gpus, gpus, suggest) == "cuda"
+    assert check_devices("cuda", gpus, gpus, suggest) == "cuda"
+    assert check_devices("auto", gpus + 1, gpus, suggest) == "cpu"

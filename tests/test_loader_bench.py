@@ -5,6 +5,8 @@ import multiprocessing
 import pytest
 import torch
 
+from mnist_helpers import feeding
+from mnist_helpers.data import make_loader
 from mnist_helpers.lessons import l03_dataloader as lb
 
 
@@ -59,7 +61,7 @@ def test_training_sweep_splits_wait_and_compute(tv):
 
     def make(dataset, batch_size, **kw):  # the notebook passes its own DataLoader construction
         made.append(kw["num_workers"])
-        return lb.make_loader(dataset, batch_size, **kw)
+        return make_loader(dataset, batch_size, **kw)
     rows = lb.training_sweep(tv, num_workers=(0, 1), batch_size=64, model="fastnet", steps=2, warmup_steps=1,
                              repeats=2, make=make)
     assert made == [0, 1, 0, 1], "interleaved rounds, through the given construction"
@@ -91,20 +93,20 @@ def test_disk_read_rate(mnist_root):
 
 def test_uint8_batches_match_normalised_tensors(mnist_root):
     from mnist_helpers.data import load_mnist
-    X_u8, y = lb.raw_uint8(mnist_root, subset=300)
+    X_u8, y = feeding.raw_uint8(mnist_root, subset=300)
     X, y2, _, _ = load_mnist(mnist_root, subset=(300, 1))
-    batches = lb.Uint8Batches(X_u8, y, 128, seed=1)
+    batches = feeding.Uint8Batches(X_u8, y, 128, seed=1)
     got = list(batches)
     assert len(batches) == len(got) == 3 and sum(len(b[0]) for b in got) == 300
     Xb, yb = got[0]
     idx = torch.randperm(300, generator=torch.Generator().manual_seed(1))[:128]
     assert torch.allclose(Xb, X[idx], atol=1e-5) and torch.equal(yb, y2[idx])
     with pytest.raises(ValueError, match="uint8"):
-        lb.Uint8Batches(X, y, 8)
+        feeding.Uint8Batches(X, y, 8)
 
 
 def test_feed_rates_table(mnist_root):
-    rows = lb.feed_rates(mnist_root, subset=512, num_workers=(0,), epochs=1, dataloader_max_batches=2)
+    rows = feeding.feed_rates(mnist_root, subset=512, num_workers=(0,), epochs=1, dataloader_max_batches=2)
     names = [r["feed"] for r in rows]
     assert any(n.startswith("TensorBatches") for n in names) and any(n.startswith("uint8") for n in names)
     assert all(len(r["repeats"]) == 1 for r in rows)

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from mnist_helpers.launch import build_command, torchrun
+from mnist_helpers.launch import LaunchOptions, build_command, torchrun
 from mnist_helpers.ports import free_port
 from mnist_helpers.models import build_model, count_parameters
 
@@ -36,8 +36,9 @@ def run_agents(args_for, nnodes=2, **kw):
 
     def agent(i):
         try:
-            out[i] = torchrun(WORKER, args_for(i), nproc=1, nnodes=nnodes, rdzv_endpoint=f"127.0.0.1:{port}",
-                              rdzv_id=f"test{port}", threads_per_proc=1, device="cpu", timeout=150, echo=False, **kw)
+            rendezvous = LaunchOptions(nnodes=nnodes, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=f"test{port}")
+            out[i] = torchrun(WORKER, args_for(i), nproc=1, threads_per_proc=1, device="cpu", timeout=150, echo=False,
+                              options=rendezvous, **kw)
         except Exception as e:  # reported below, with the other agent's outcome
             out[i] = e
 

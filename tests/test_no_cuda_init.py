@@ -121,7 +121,7 @@ def test_the_count_needs_no_driver_where_nvml_answers(monkeypatch):
     assert resources.gpu_count() == 2
     assert distributed.choose_backend(2) == "nccl" and distributed.comparison_device(2) == "cuda"
     assert train.accelerator() == "cuda"
-    assert launch._check_devices("auto", 2, resources.gpu_count(), lambda n, dev: "") == "cuda"
+    assert launch.check_devices("auto", 2, resources.gpu_count(), lambda n, dev: "") == "cuda"
 
 
 # --------------------------------------------------------------------------- no new is_available() in the package

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import LABELS, bottleneck, profile_training, time_breakdown
+from mnist_helpers.lessons.l09_profiling import bottleneck
+from mnist_helpers.profiling import LABELS, profile_training, time_breakdown
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import pytest
 
 from mnist_helpers import claims
 from mnist_helpers.display import show
-from mnist_helpers.lessons import l07_scaling as scaling
-from mnist_helpers.lessons.l07_scaling import RESTART_CONFIGS, RESTARTS_TABLE, restart_rates
+from mnist_helpers import scaling
+from mnist_helpers.scaling import RESTART_CONFIGS, RESTARTS_TABLE, restart_rates
 from mnist_helpers.workers.bugs import restart_kill
 
 TRIALS = 1  # per configuration: the mechanism, not a rate (the rate is scripts/bench_restarts.py's, 10 trials)

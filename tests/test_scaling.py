@@ -1,8 +1,8 @@
 """Scaling sweeps, the AllReduce micro-benchmark and DDP communication settings (notebook 07)."""
 import pytest
 
-from mnist_helpers import scaling as harness  # the core harness: the sweeps call its measure_step
-from mnist_helpers.lessons import l07_scaling as scaling
+from mnist_helpers import scaling  # the core harness: the sweeps call its measure_step
+from mnist_helpers.lessons import l07_scaling as l07
 from mnist_helpers.workers.bench.allreduce import parse_variants
 
 pytestmark = pytest.mark.timeout(180)
@@ -70,12 +70,12 @@ def test_sweep_arithmetic(monkeypatch):
         return {"images_per_s": 100.0 * (1.8 if nproc == 2 else 1), "step_s": batch_size * nproc / 100.0,
                 "comm_fraction": 0.1 * (nproc - 1), "backend": "gloo", "device": "cpu"}
 
-    monkeypatch.setattr(harness, "measure_step", fake)
+    monkeypatch.setattr(scaling, "measure_step", fake)
     weak = scaling.weak_scaling([1, 2], batch_size=128, rounds=2)
     assert [r["global_batch_size"] for r in weak] == [128, 256]
     assert weak[1]["speedup"] == pytest.approx(1.8) and weak[1]["efficiency"] == pytest.approx(0.9)
     calls = []
-    monkeypatch.setattr(harness, "measure_step", lambda n, b, **kw: calls.append((n, b)) or fake(n, b))
+    monkeypatch.setattr(scaling, "measure_step", lambda n, b, **kw: calls.append((n, b)) or fake(n, b))
     strong = scaling.strong_scaling([1, 2], global_batch_size=128, reuse=weak)
     assert [r["batch_size"] for r in strong] == [128, 64]
     assert calls == [(2, 64)]  # 1 x 128 came from the weak sweep
@@ -88,7 +88,7 @@ def test_sweep_arithmetic(monkeypatch):
 def test_article_comparison_pairs_rounds(monkeypatch):
     """The article's comparison: points alternate per round, each round's ratio from its own pair."""
     with pytest.raises(ValueError, match="epochs"):
-        scaling.loader_run(1, 128, epochs=1)
+        l07.loader_run(1, 128, epochs=1)
     calls = []
 
     def fake(n, b, *, num_workers, **kw):
@@ -97,10 +97,10 @@ def test_article_comparison_pairs_rounds(monkeypatch):
                 "epoch_s": 1.0, "images_per_s": 100.0 * (1.5 if n == 2 else 1) * (1 + len(calls) / 100),
                 "test_acc": 0.9, "backend": "gloo", "device": "cpu"}
 
-    monkeypatch.setattr(scaling, "loader_run", fake)
-    rows = scaling.article_comparison({"1 x 128": (1, 128, 4), "2 x 64": (2, 64, 4)}, rounds=2)
+    monkeypatch.setattr(l07, "loader_run", fake)
+    rows = l07.article_comparison({"1 x 128": (1, 128, 4), "2 x 64": (2, 64, 4)}, rounds=2)
     assert calls == [(1, 128, 4), (2, 64, 4), (1, 128, 4), (2, 64, 4)]
-    ratios = scaling.paired_ratios(rows, "2 x 64", "1 x 128")
+    ratios = l07.paired_ratios(rows, "2 x 64", "1 x 128")
     assert ratios == pytest.approx([1.5 * 1.02 / 1.01, 1.5 * 1.04 / 1.03])
 
 
@@ -129,12 +129,12 @@ def test_ddp_memory_shows_the_bucket_copy_and_the_view_removes_it():
     """DDP keeps a gradient-sized copy in its buckets; gradient_as_bucket_view=True removes it (memory, not speed)."""
     from mnist_helpers.memory import run_isolated
 
-    rows = run_isolated(scaling.ddp_memory, model="fastnet", batch_sizes=[16])["result"]
+    rows = run_isolated(l07.ddp_memory, model="fastnet", batch_sizes=[16])["result"]
     assert [r["variant"] for r in rows] == ["one process", "DDP", "DDP, gradient_as_bucket_view"]
     one, ddp, view = rows
     copy = ddp["persistent_mib"] - one["persistent_mib"]
     assert copy > 0.1, rows  # the bucket copy: the gradients' size again (fastnet's)
     # the view removes it; a few bytes of bookkeeping may differ (24 bytes once, in a parallel `make test`)
     assert view["persistent_mib"] == pytest.approx(one["persistent_mib"], abs=1e-3), rows
-    v = scaling.memory_verdict(rows, 16)
+    v = l07.memory_verdict(rows, 16)
     assert v["verdict"] in ("holds", "holds with nuance", "does not hold here") and v["ratio"] > 1

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l10_speedrun as speedrun
+from mnist_helpers import claims, speedrun
 from mnist_helpers.models import build_model, flops_per_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -20,7 +19,7 @@ def test_chain_is_one_change_per_step_with_levels():
         steps = speedrun.chain(device)
         cpu_only = ["batch64"] if device == "cpu" else []
         assert [r.name for r in steps] == ["article", "tensors", "device", "onecycle", "smallnet", "poolfirst",
-                                           "stride2", *cpu_only, "bf16", "compile", "graphs"]
+                                           "stride2", *cpu_only, "tta", "bf16", "compile", "graphs"]
         for r in steps:
             assert r.levels and set(r.levels) <= set(speedrun.LEVELS) and r.change
         assert steps[0].model == "net" and steps[0].data == "dataloader" and steps[0].batch_size == 128
@@ -181,7 +180,7 @@ def test_onecycle_shape():
     assert lrs[0] == pytest.approx(1 / 25) and lrs[-1] < 1e-3
 
 
-def test_summary_and_speedup_from_runs():
+def test_first_crossing_summary_from_runs():
     def run(name, seed, t, acc):
         hit = {"train_s": t, "wall_s": t + 1, "epochs": 1.0, "step": 1, "images": 1, "acc": acc} if t else None
         return {"recipe": name, "seed": seed, "targets": {"0.99": hit}, "final_acc": acc, "train_s": 10.0,
@@ -190,8 +189,6 @@ def test_summary_and_speedup_from_runs():
             run("fast", 1, 12.0, 0.992), run("slow", 0, None, 0.98)]
     rows = speedrun.summarize(runs)
     assert [r["recipe"] for r in rows] == ["article", "fast", "slow"]
-    ratios = speedrun.speedup(rows, "article", 0.99)
-    assert ratios["fast"] == pytest.approx(10.0) and ratios["slow"] is None
     df = speedrun.summary_table(rows)
     assert list(df["recipe"]) == ["article", "fast", "slow"]
     assert list(df["reached 99.0%"]) == ["2/2", "2/2", "0/1"]
@@ -224,52 +221,92 @@ def test_flops_and_peak():
 
 
 @pytest.mark.process
-def test_bench_quick_writes_json(tmp_path, mnist_root):
-    out = tmp_path / "tta.json"
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_time_to_accuracy.py"), "--quick",
+def test_bench_quick_writes_the_protocol_json(tmp_path, mnist_root):
+    out = tmp_path / "speedrun.json"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_speedrun.py"), "--quick",
                            "--out", str(out)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert doc["schema"] == claims.SCHEMA and doc["complete"] and doc["quick"] and doc["profile"] == "quick"
+    assert doc["protocol"] == "fixed-schedule" and doc["benchmark"] == "speedrun"
     assert doc["machine"]["cpu_model"] and doc["date"] and doc["machine_label"]
-    assert {r["recipe"] for r in doc["summary"]} == {"article", "fast", "fast995"} and len(doc["runs"]) == 3
-    for r in doc["runs"]:
-        assert set(r["targets"]) == {"0.5"} and r["evals"] and r["contention"]["cores"] >= 1
+    assert [r["recipe"] for r in doc["summary"]] == ["article", "fast", "fast995"] and len(doc["runs"]) == 6
+    for r in doc["runs"]:  # each run scored once, at the end of its schedule
+        assert r["protocol"] == "fixed-schedule" and "evals" not in r and r["test_count"] == 500
+        assert r["contention"]["cores"] >= 1 and r["eval_s"] > 0
+    assert doc["summary"][0]["speedup"] == pytest.approx(1.0)
     entries = {c["id"]: c for c in doc["claims"]}
     assert set(entries) == {"10.speedrun_99", "10.speedrun_995"}
     for c in entries.values():
         assert c["verdict"] == "inconclusive" and claims.unsourced_numbers(c) == [] and c["contention"]
+        assert c["rule"] == 2
     assert "10.speedrun_99: inconclusive" in proc.stdout
-    # a second part merges into the file: the runs add up, the verdicts are judged over all of them
-    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_time_to_accuracy.py"), "--quick",
-                           "--recipes", "fast", "--merge", "--out", str(out)], capture_output=True, text=True,
-                          timeout=300, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    doc = json.loads(out.read_text())
-    assert [r["recipe"] for r in doc["runs"]] == ["article", "fast", "fast995", "fast"] and len(doc["parts"]) == 2
 
 
-def test_judge_target_needs_every_seed_and_a_margin_outside_the_spread():
-    v, n = speedrun.judge_target([2.0, 2.1, 1.9, 2.0, 2.05], 3.0, [100.0, 110.0], 40.0)
-    assert v == "holds" and n["ratio"] == pytest.approx(105 / 2.01) and n["reached"] == 5
-    assert speedrun.judge_target([2.0, None, 2.0], 3.0)[0] == "does not hold here"  # a seed missed it
-    assert speedrun.judge_target([4.0, 4.2, 3.9], 3.0)[0] == "does not hold here"
-    assert speedrun.judge_target([2.0, 4.0, 3.0, 2.5, 3.5], 3.0)[0] == "inconclusive"  # the target is inside
-    # the article's recipe missed 99% (ratio unknown): the time target alone still decides when it fails
-    assert speedrun.judge_target([7.6, 4.2, 5.7, 4.6, 5.9], 3.0, [None], 30.0)[0] == "does not hold here"
-    assert speedrun.judge_target([2.0, 2.1, 1.9, 2.0, 2.05], 3.0, [None], 30.0)[0] == "inconclusive"
-    assert speedrun.judge_target([2.0, 2.0], 3.0, [50.0, 50.0], 40.0)[0] == "does not hold here"  # 25x < 40x
-    assert speedrun.judge_target([2.0, 2.0], 3.0, [None], 40.0)[0] == "inconclusive"  # baseline missed: no ratio
-    # ... unless its budget alone is enough: a run that missed after 150 s of training would have taken longer
-    v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None, 120.0], 40.0, baseline_budget_s=[150.0, 130.0])
-    assert v == "holds" and n["baseline_censored"] == 1 and n["ratio_at_least"] >= 40 and "ratio" not in n
-    ev = speedrun.target_evidence({"target_acc": 0.99, **n}, 5.0)
-    assert ev.startswith("3/3 seeds reached 99.0%: 2.00 +- 0.10 s") and "1 of 2 seeds missed 99.0% within its 5" in ev
-    # a lower bound under the target says nothing: inconclusive, never "does not hold here"
-    v, n = speedrun.judge_target([2.0, 2.1, 1.9], 3.0, [None], 40.0, baseline_budget_s=[60.0])
-    assert v == "inconclusive" and n["ratio_at_least"] < 40
+def _runs(name, accs, times):
+    return [{"recipe": name, "seed": i, "final_acc": a, "train_s": t, "setup_s": 0.5, "eval_s": 0.1,
+             "images_per_s": 1000.0 / t} for i, (a, t) in enumerate(zip(accs, times))]
+
+
+def test_the_protocol_judges_the_mean_and_the_ratio():
+    article = _runs("article", [0.985, 0.987], [120.0, 121.0])
+    fast = _runs("fast", [0.9905, 0.9898] * 5, [1.40, 1.44] * 5)  # one seed in two under 99.0%, the mean over
+    v, n = speedrun.judge_protocol(fast, article, 0.99, 80.0)
+    assert v == "holds" and n["at_or_above"] == 5 and n["ratio"] == pytest.approx(120.5 / 1.42)
+    assert n["ratio_low"] < n["ratio"] < n["ratio_high"]
+    slow_or_short = [_runs("fast", [0.9899] * 10, [1.4] * 10),  # the mean misses, however fast
+                     _runs("fast", [0.992] * 10, [2.0] * 10)]   # 60x < 80x
+    for runs in slow_or_short:
+        assert speedrun.judge_protocol(runs, article, 0.99, 80.0)[0] == "does not hold here"
+    assert speedrun.judge_protocol(fast[:4], article, 0.99, 80.0)[0] == "inconclusive"  # 4 seeds < 10
+    ev = speedrun.protocol_evidence(n)
+    assert "mean final accuracy 99.02%" in ev and "5/10 at or above 99.0%" in ev and "84.9x" in ev
     with pytest.raises(ValueError):
-        speedrun.judge_target([])
+        speedrun.judge_protocol([], article, 0.99, 80.0)
+
+
+def test_protocol_rows_and_table():
+    runs = _runs("article", [0.985], [120.0]) + _runs("fast", [0.991, 0.989], [1.5, 1.5])
+    for r in runs:
+        r["compute_dtype"] = "float32"
+    rows = speedrun.protocol_rows(runs, "article", peak_flops={"float32": 1e12},
+                                  flops_per_image={"article": 1e7, "fast": 1e6})
+    fast = rows[1]
+    assert fast["speedup"] == pytest.approx(80.0) and fast["share_0.99"] == 0.5 and fast["reaches_0.99"]
+    assert fast["flops_share"] == pytest.approx(1e6 * (1000 / 1.5) / 1e12)
+    df = speedrun.protocol_table(rows)
+    assert list(df[">= 99.0%"]) == ["0/1", "1/2"] and list(df["recipe"]) == ["article", "fast"]
+    speedrun.show_protocol(rows)  # plain text outside a notebook
+
+
+def test_fixed_schedule_scores_once_at_the_end(mnist_root):
+    r = speedrun.get_recipe("stride2").replace(num_epochs=1.0, compile=False)
+    run = speedrun.fixed_schedule(r, 0, **TINY)
+    assert run["protocol"] == "fixed-schedule" and run["steps"] == 512 // r.batch_size
+    assert run["test_count"] == 200 and 0 < run["final_acc"] <= 1 and run["train_s"] > 0
+    assert "evals" not in run  # nothing looked at the test set before the end
+    # the average and the test-time shifts change what is scored, not the schedule
+    for variant in (r.replace(tta=1), r.replace(ema=0.9)):
+        assert speedrun.fixed_schedule(variant, 0, **TINY)["steps"] == run["steps"]
+
+
+def test_evaluate_tta_without_shifts_is_plain_evaluation():
+    from mnist_helpers.train import evaluate
+
+    torch.manual_seed(0)
+    model = build_model("speednet_s2", 8).eval()
+    X, y = torch.randn(64, 1, 28, 28), torch.randint(0, 10, (64,))
+    assert speedrun.evaluate_tta(model, X, y, 0)["correct"] == evaluate(model, X, y)["correct"]
+    shifted = speedrun.evaluate_tta(model, X, y, 1)
+    assert shifted["count"] == 64 and 0 <= shifted["acc"] <= 1
+    # a shift moves the image: scoring each moved copy alone differs from the original's score somewhere
+    X2 = torch.zeros(1, 1, 28, 28)
+    X2[0, 0, 10:18, 12] = 1.0
+    assert not torch.equal(model(X2), model(torch.roll(X2, 1, dims=3)))
+    with pytest.raises(ValueError, match="tta must be"):
+        speedrun.ARTICLE.replace(tta=5)
+    with pytest.raises(ValueError, match="ema must be"):
+        speedrun.ARTICLE.replace(ema=1.5)
 
 
 def test_merge_contention_weights_by_wall_time():
@@ -325,7 +362,8 @@ def test_notebook_hyp_is_the_module_recipe():
     exec(text, ns)
     fast, fast995 = speedrun.get_recipe("fast"), speedrun.get_recipe("fast995")
     for hyp, r in ((ns["hyp"], fast), (ns["hyp_995"], fast995)):
-        for k in ("model", "width", "batch_size", "lr", "weight_decay", "label_smoothing", "num_epochs", "translate"):
+        for k in ("model", "width", "batch_size", "lr", "weight_decay", "label_smoothing", "num_epochs", "translate",
+                  "tta"):
             assert hyp[k] == getattr(r, k), k
         assert r.optimizer == "sgd" and r.scheduler == "onecycle"
 
@@ -385,15 +423,18 @@ def test_a_kept_recipe_is_compared_with_todays():
             doc = {"device": device, "recipes": {name: table[name].to_dict()}}
             assert speedrun.recipe_changes(table[name].to_dict(), device) == []
             assert speedrun.earlier_recipe(doc, cid) is None  # today's recipe, whatever settings the machine chose
-    old = {**speedrun.get_recipe("fast995", "cpu", choice).to_dict(), "width": 16, "num_epochs": 5.0}
-    old.pop("translate")  # an older file without a field: the Recipe default (0), so it differs from today's 2
-    assert speedrun.recipe_changes(old, "cpu") == ["width 16 -> 24", "num_epochs 5.0 -> 6.0", "translate 0 -> 2"]
+    now = speedrun.get_recipe("fast995", "cpu", choice)
+    old = {**now.to_dict(), "width": now.width + 8, "num_epochs": now.num_epochs + 2.0}
+    old.pop("translate")  # an older file without a field: the Recipe default (0), so it differs from today's
+    changes = [f"width {now.width + 8} -> {now.width}", f"num_epochs {now.num_epochs + 2.0} -> {now.num_epochs}",
+               f"translate 0 -> {now.translate}"]
+    assert now.translate and speedrun.recipe_changes(old, "cpu") == changes
     doc = {"device": "cpu", "recipes": {"fast995": old}}
-    assert speedrun.earlier_recipe(doc, "10.speedrun_995") == (
-        "an earlier recipe (width 16 -> 24; num_epochs 5.0 -> 6.0; translate 0 -> 2)")
+    assert speedrun.earlier_recipe(doc, "10.speedrun_995") == f"an earlier recipe ({'; '.join(changes)})"
     assert speedrun.earlier_recipe(doc, "10.speedrun_99") is None  # no fast recipe kept: nothing to compare
     assert speedrun.earlier_recipe({"recipes": {"fast": {**old, "name": "fast"}}}, "05.amp_memory_speed") is None
     as_fast = {"device": "cpu", "recipes": {"fast": {**old, "name": "fast"}}}  # compared with today's fast
+    fast = speedrun.get_recipe("fast", "cpu", choice)
     assert speedrun.earlier_recipe(as_fast, "10.speedrun_99") == (
-        "an earlier recipe (width 16 -> 12; num_epochs 5.0 -> 0.8)")
+        f"an earlier recipe (width {now.width + 8} -> {fast.width}; num_epochs {now.num_epochs + 2.0} -> {fast.num_epochs})")
     assert speedrun.recipe_changes({**old, "name": "retired"}, "cpu") is None

@@ -231,12 +231,12 @@ class WindowsPopen:
 
 @pytest.mark.process
 def test_stopping_torchrun_on_windows_sends_no_sigint(monkeypatch):
-    from mnist_helpers.launch import _stop_tree
+    from mnist_helpers.launch import stop_tree
 
     proc = WindowsPopen(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
     monkeypatch.setattr(sys, "platform", "win32")
     try:
-        _stop_tree(proc, grace=1.0)
+        stop_tree(proc, grace=1.0)
     finally:
         proc.kill()
     assert proc.poll() is not None and proc.sent == [signal.SIGTERM]

@@ -1,4 +1,4 @@
-"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py (06_ddp_fundamentals).
+"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py (12_ddp_in_depth, appendix A).
 
 Each step must keep the previous one's code and mark every block it changes once (the rule is spelled out in
 ``mnist_helpers.tools.worker_diffs``), so the progression cannot rot. Then the three workers
@@ -65,7 +65,7 @@ def test_the_rule_catches_unmarked_blocks_double_marks_and_bare_markers():
 
 
 def test_no_bare_markers_and_the_key_lines_are_in_the_workers():
-    """06 shows the files whole: what DDP and torchrun add must be in them, not hidden in the core."""
+    """12 shows the files whole: what DDP and torchrun add must be in them, not hidden in the core."""
     for name, _ in STEPS:
         for ln in code_lines(WORKERS / name):
             assert not any(ln.rstrip().endswith(m) for m in ("# DDP:", "# torchrun:")), f"{name}: bare marker: {ln}"

@@ -47,8 +47,8 @@ This module holds:
    ``images_per_s`` and ``cpu_cores_busy`` (process CPU time / wall time during the timed blocks: the
    utilisation the claim is about).
 
-3. **The claims, judged.** ``claims_01(...)`` turns what the notebook measured into its three claims (verdict,
-   evidence, numbers, regime), a pure function the notebook hands to ``claims.record``; ``thread_ratios(sweep)``
+3. **The claims, judged.** ``claims_01(Measured01(...))`` turns what the notebook measured into its three claims
+   (verdict, evidence, numbers, regime), a pure function the notebook hands to ``claims.record``; ``thread_ratios(sweep)``
    gives the sweep's ratios for the cell that shows them.
 """
 from __future__ import annotations
@@ -64,12 +64,13 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from mnist_helpers import experiments
-from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict  # noqa: F401
+from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import SIMD_FLAGS, cpu_flags, cpu_model, machine_info, usable_cores
 from mnist_helpers.train import check_amp, select_device, train_step
@@ -702,14 +703,27 @@ def _busy(contention) -> bool:
     return bool(contention.get("busy") if isinstance(contention, dict) else contention.busy)
 
 
-def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: dict, shells: dict,
-              memory: dict, contention=None) -> list[dict]:
+@dataclass(frozen=True, kw_only=True)
+class Measured01:
+    """What notebook 01 measured, the one input of :func:`claims_01` (its closing cell builds it once).
+
+    ``sweep``: ``threads_sweep`` rows (``threads``, ``images_per_s``, ``samples``, ``blocks``, ``cpu_cores_busy``,
+    ``vs_best``, ``others_cpu_share``); ``default_threads``: torch's default; ``cores``: the usable cores;
+    ``readings``: ``logical_cores``, ``usable_cores``, ``ram_gib``, ``torch_threads``, ``gpus``; ``shells``:
+    ``{"lscpu": True, ...}`` (present or not); ``memory``: ``step_peak_mib``, ``persistent_mib``, ``transient_mib``,
+    ``device``, ``method``; ``contention``: the sweep's ``claims.Contention`` or its dict."""
+    sweep: list[dict]
+    default_threads: int
+    cores: int
+    readings: dict
+    shells: dict
+    memory: dict
+    contention: object = None
+
+
+def claims_01(m: Measured01) -> list[dict]:
     """The claims notebook 01 settles, one dict per claim (``claims.ResultFile.claim``'s keyword arguments), from
-    what the notebook measured: ``sweep`` (``threads_sweep`` rows: ``threads``, ``images_per_s``, ``samples``,
-    ``blocks``, ``cpu_cores_busy``, ``vs_best``, ``others_cpu_share``), torch's ``default_threads``, the usable
-    ``cores``, ``readings`` (``logical_cores``, ``usable_cores``, ``ram_gib``, ``torch_threads``, ``gpus``),
-    ``shells`` (``{"lscpu": True, ...}``: present or not), ``memory`` (``step_peak_mib``, ``persistent_mib``,
-    ``transient_mib``, ``device``, ``method``) and the sweep's ``contention`` (a ``claims.Contention`` or its dict).
+    what the notebook measured (:class:`Measured01`).
 
     - ``01.config_2x``: one knob only, torch's intra-op thread count. Holds when best/worst images/s is at least
       ``CONFIG_TARGET`` even at the spreads' nearest ends; does not hold when it stays below it at their farthest
@@ -720,6 +734,8 @@ def claims_01(sweep: list[dict], *, default_threads: int, cores: int, readings: 
     """
     from mnist_helpers.claims import BUSY
 
+    sweep, default_threads, cores, contention = m.sweep, m.default_threads, m.cores, m.contention
+    readings, shells, memory = m.readings, m.shells, m.memory
     t = thread_ratios(sweep, default_threads)
     by_t = {r["threads"]: r for r in sweep}
     if _busy(contention):

@@ -3,9 +3,12 @@ claims the notebook settles.
 
 - ``compare_loop_and_fit``: the article loop's per-epoch history against ``fit()``'s, on which device each ran, the
   largest accuracy and weight differences, and one sentence for the learner;
-- ``claims_02``: the claim entries ``claims.record`` writes (pure: no file I/O, no printing).
+- ``claims_02``: the claim entries ``claims.record`` writes (pure: no file I/O, no printing), from one
+  ``Measured02`` record of what the notebook measured.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # the article's recipe, run as written for 5 epochs on all 60,000 images, should reach this test accuracy: our
 # threshold for "this network trained as intended" (a run that diverged or read the wrong data falls far below it)
@@ -39,13 +42,28 @@ def compare_loop_and_fit(history: list[dict], fit_history: list[dict], *, loop_d
             "max_weight_diff": max_weight_diff, "identical": identical, "sentence": sentence}
 
 
-def claims_02(history: list[dict], comparison: dict, *, num_epochs: int, subset: int | None, seed: int,
-              threads: int, device: str, fit_epochs: int, contention=None) -> list[dict]:
-    """The claims of notebook 02, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``).
+@dataclass(frozen=True, kw_only=True)
+class Measured02:
+    """What notebook 02 measured, the one input of :func:`claims_02` (its closing cell builds it once).
 
     ``history``: the article loop's rows (``epoch``, ``seconds``, ``images_per_s``, ``test_acc``, ...);
-    ``comparison``: ``compare_loop_and_fit``'s result; ``contention``: the ``claims.Contention`` (or its dict) of the
-    article loop's epochs.
+    ``comparison``: ``compare_loop_and_fit``'s result; ``num_epochs``, ``subset`` (None: all 60,000), ``seed``,
+    ``threads``, ``device``: how the loop ran; ``fit_epochs``: the epochs run through ``fit()``; ``contention``: the
+    ``claims.Contention`` (or its dict) of the article loop's epochs."""
+    history: list[dict]
+    comparison: dict
+    num_epochs: int
+    subset: int | None
+    seed: int
+    threads: int
+    device: str
+    fit_epochs: int
+    contention: object = None
+
+
+def claims_02(m: Measured02) -> list[dict]:
+    """The claims of notebook 02, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from
+    what the notebook measured (:class:`Measured02`).
 
     02.baseline (a procedure): *reproduced* when the recipe, run as written (5 epochs, all 60,000 images), reaches
     ``BASELINE_MIN_ACC``; *does not hold here* when it falls below; *inconclusive* for a shortened run (the
@@ -55,6 +73,8 @@ def claims_02(history: list[dict], comparison: dict, *, num_epochs: int, subset:
     """
     import statistics
 
+    history, num_epochs, subset, seed, device = m.history, m.num_epochs, m.subset, m.seed, m.device
+    threads, fit_epochs, contention = m.threads, m.fit_epochs, m.contention
     images = subset or 60_000
     regime = (f"article's recipe: Net, Adam 1e-3, batch 128 (test 256), DataLoader num_workers=4 pin_memory=True, "
               f"{images:,} images, {num_epochs} epochs, seed {seed}, torch threads {threads}, device {device}")
@@ -73,7 +93,7 @@ def claims_02(history: list[dict], comparison: dict, *, num_epochs: int, subset:
                 f"({n['min_epoch_s']:.1f}-{n['max_epoch_s']:.1f}) at {n['median_images_per_s']:,.0f} img/s; the "
                 f"article's loader" + ("" if n["pin_memory_used"] else ", pin_memory ignored (no GPU)")
                 + ("" if as_written else f"; a shortened run ({images:,} images)"))
-    c = comparison
+    c = m.comparison
     rows = c["rows"]
     fn = {"epochs_compared": len(rows), "max_acc_diff_points": c["max_acc_diff_points"],
           "max_weight_diff": c["max_weight_diff"], "acc_article": [r["article loop: test acc"] for r in rows],

@@ -25,8 +25,8 @@ can compare spreads (``claims.separated``):
   per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
 - ``workers_verdict`` / ``too_many_verdict``: the article's num_workers claims judged from a sweep's repeats.
-- ``claims_03(...)``: the notebook's seven claims from its measurements (pure), for ``claims.record``;
-  ``workers_fraction_judgement`` and ``drop_last_judgement`` decide two of them from their recorded numbers, so
+- ``claims_03(Measured03(...))``: the notebook's seven claims from one record of its measurements (pure), for
+  ``claims.record``; ``workers_fraction_judgement`` and ``drop_last_judgement`` decide two of them from their recorded numbers, so
   ``rejudge(entry)`` can judge a kept result again by today's rule.
 - ``loader_widget``: measure the loader once with given settings (a printed line: the static output nbmake
   keeps), and in JupyterLab sliders and a button to measure again.
@@ -40,6 +40,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
@@ -50,9 +51,8 @@ from torch.utils.data import Dataset, Subset, TensorDataset
 
 from mnist_helpers.claims import BUSY, separated
 from mnist_helpers.data import MEAN, STD, dataset_tensors, load_mnist, make_loader, mnist_datasets, time_loader
-# what scripts/bench_loader.py measures too lives in the core; named here as before, for notebook 03 and the tests
-from mnist_helpers.feeding import (Uint8Batches, _first, _positive_int, _workers_list, feed_rates,  # noqa: F401
-                                   raw_uint8)
+# what scripts/bench_loader.py measures too (feed_rates, raw_uint8) lives in the core: mnist_helpers.feeding
+from mnist_helpers.feeding import Uint8Batches, check_positive_int, first_batches, workers_list
 from mnist_helpers.io import MiB
 from mnist_helpers.live import widgets
 from mnist_helpers.models import build_model
@@ -101,7 +101,7 @@ def make_dataset(kind: str, root=None, subset: int | None = None) -> Dataset:
     if kind not in DATASET_KINDS:
         raise ValueError(f"kind must be one of {', '.join(DATASET_KINDS)}; got {kind!r}")
     if subset is not None:
-        _positive_int("subset", subset)
+        check_positive_int("subset", subset)
     if kind == "torchvision":
         ds, _ = mnist_datasets(root)
         return Subset(ds, range(subset)) if subset else ds
@@ -134,8 +134,8 @@ def loader_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2, 4),
     jobs hits all settings alike), and reports the median; the rows keep every repeat's value too.
     ``make``: the function that builds the DataLoader (the notebook's own; default ``data.make_loader``)."""
     make = make or make_loader
-    workers = _workers_list(num_workers)
-    _positive_int("repeats", repeats)
+    workers = workers_list(num_workers)
+    check_positive_int("repeats", repeats)
     configs, seen = [], set()
     for w, pin, pf, pers in itertools.product(workers, pin_memory, prefetch_factor, persistent_workers):
         key = (w, pin) if w == 0 else (w, pin, pf, pers)
@@ -174,11 +174,11 @@ def training_sweep(dataset: Dataset, *, num_workers: Iterable[int] = (0, 1, 2), 
     paid once, in the warm-up). With ``tensor_baseline`` a last row trains from in-memory batches
     (``in_memory(X_uint8, y, batch_size)``, default ``Uint8Batches``) built from the same images.
     ``repeats`` rounds, interleaved; each row reports the median and keeps every round's value (``repeats``)."""
-    _positive_int("repeats", repeats)
+    check_positive_int("repeats", repeats)
     make = make or make_loader
     in_memory = in_memory or Uint8Batches
     dev = select_device(str(device))
-    feeds = [(f"DataLoader, {w} workers", w) for w in _workers_list(num_workers)]
+    feeds = [(f"DataLoader, {w} workers", w) for w in workers_list(num_workers)]
     if tensor_baseline:
         X, y = dataset_tensors(dataset)
         X_u8 = (X.squeeze(1) * STD + MEAN).mul_(255).round_().clamp_(0, 255).to(torch.uint8)
@@ -213,12 +213,12 @@ def worker_memory(dataset: Dataset, *, num_workers: int = 2, batch_size: int = 2
     psutil: USS (pages only this worker holds: what it really added), PSS (shared pages split between their
     sharers) and RSS (every page it maps, shared ones counted again in each process: the misleading number).
     Returns per-worker means in MiB next to the dataset's own size in the parent."""
-    _positive_int("num_workers", num_workers)
+    check_positive_int("num_workers", num_workers)
     gc.collect()
     loader = (make or make_loader)(dataset, batch_size, num_workers=num_workers, persistent_workers=True,
                                    multiprocessing_context=multiprocessing_context)
     it = iter(loader)
-    for _ in _first(it, max_batches):
+    for _ in first_batches(it, max_batches):
         pass
     workers = getattr(it, "_workers", None) or []
     pids = [w.pid for w in workers if w.pid]
@@ -294,8 +294,8 @@ def drop_last_effect(X: torch.Tensor, y: torch.Tensor, *, batch_size: int = 128,
     relative error of a mini-batch gradient against the full-data gradient (same fixed model) for batches of
     ``batch_size`` and of ``r``: sampling noise grows like sqrt(batch_size / r). Also: do BatchNorm layers
     (``netbn``'s 2-d ones, and a 1-d one) accept a last batch of one sample in training mode?"""
-    _positive_int("batch_size", batch_size)
-    _positive_int("trials", trials)
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("trials", trials)
     n = len(X)
     if n <= batch_size:
         raise ValueError(f"need more than batch_size={batch_size} images to have a last batch, got {n}")
@@ -436,17 +436,40 @@ def _combine(loader_v: str, train_v: str) -> str:
     return "inconclusive"
 
 
-def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: bool, loader_rows: list[dict],
-              train_rows: list[dict], pin_rows: list[dict], pin_warned: bool, disk: dict, memory_rows: list[dict],
-              memory_images: int, per_sample_us: list[float], per_batched_us: list[float], feed_rows: list[dict],
-              drop: dict, drop_note: str = "", busy: dict | None = None) -> list[dict]:
-    """The seven claims notebook 03 settles, one dict each (``claims.ResultFile.claim``'s keyword arguments), from
-    what it measured: the loader-only and training sweeps' rows (``loader_rows`` without persistent workers;
-    ``train_rows``: ``training_sweep`` rows, the in-memory row has ``num_workers`` None), the pin_memory rows
-    (``num_workers``, ``pin off img/s``, ``pin on img/s``) and whether torch warned that it ignores the flag, the
-    disk read (``disk_read_rate``), ``memory_sweep`` rows, the per-sample / per-batched costs, ``feed_rates`` rows,
+@dataclass(frozen=True, kw_only=True)
+class Measured03:
+    """What notebook 03 measured, the one input of :func:`claims_03` (its closing cell builds it once).
+
+    How it ran: ``cores``, ``repeats``, torch ``threads``, ``profile``, ``cuda`` (a GPU present). The loader-only and
+    training sweeps' rows (``loader_rows`` without persistent workers; ``train_rows``: ``training_sweep`` rows, the
+    in-memory row has ``num_workers`` None), the pin_memory rows (``num_workers``, ``pin off img/s``, ``pin on
+    img/s``) and whether torch warned that it ignores the flag (``pin_warned``), the disk read (``disk_read_rate``),
+    ``memory_sweep`` rows and their ``memory_images``, the per-sample / per-batched costs, ``feed_rates`` rows,
     ``drop_last_effect``'s dict (``drop_note``: how its image count relates to the article's 60,000) and ``busy``:
-    the ``claims.Contention`` (or dict) of each timing, keys ``loader``, ``train``, ``pin``, ``disk``, ``feed``.
+    the ``claims.Contention`` (or dict) of each timing, keys ``loader``, ``train``, ``pin``, ``disk``, ``feed``."""
+    cores: int
+    repeats: int
+    threads: int
+    profile: str
+    cuda: bool
+    loader_rows: list[dict]
+    train_rows: list[dict]
+    pin_rows: list[dict]
+    pin_warned: bool
+    disk: dict
+    memory_rows: list[dict]
+    memory_images: int
+    per_sample_us: list[float]
+    per_batched_us: list[float]
+    feed_rows: list[dict]
+    drop: dict
+    drop_note: str = ""
+    busy: dict = field(default_factory=dict)
+
+
+def claims_03(m: Measured03) -> list[dict]:
+    """The seven claims notebook 03 settles, one dict each (``claims.ResultFile.claim``'s keyword arguments), from
+    what it measured (:class:`Measured03`).
 
     Rules: ``03.workers_fraction`` (``workers_fraction_judgement``): not testable below 4 cores, where the rule's
     range is one worker count; else it follows the *training* sweep (what the rule is for; the loader-only sweep is
@@ -457,18 +480,19 @@ def claims_03(*, cores: int, repeats: int, threads: int, profile: str, cuda: boo
     last batch's gradient is ``DROP_MATTERS`` x noisier at the low end of the draws' quartile bounds; holds with
     nuance ("negligible here") when below it at their high end; inconclusive when the bounds straddle it. The
     others as the notebook explains them. Each claim is judged by its own ``_c03_<claim>``."""
-    busy = busy or {}
-    loader_rows = [r for r in loader_rows if r.get("num_workers") is not None]
-    dl_train = [r for r in train_rows if r.get("num_workers") is not None]
+    busy, cores = m.busy or {}, m.cores
+    loader_rows = [r for r in m.loader_rows if r.get("num_workers") is not None]
+    dl_train = [r for r in m.train_rows if r.get("num_workers") is not None]
     regime = (f"article's Net and DataLoader (torchvision MNIST, ToTensor + Normalize), batch 128, torch threads "
-              f"{threads}, {cores} cores, {repeats} interleaved repeat(s), {profile} profile")
+              f"{m.threads}, {cores} cores, {m.repeats} interleaved repeat(s), {m.profile} profile")
     return [_c03_workers_fraction(loader_rows, dl_train, cores, busy, regime),
             _c03_too_many_workers(loader_rows, dl_train, cores, busy, regime),
-            _c03_pin_memory_cpu(pin_rows, pin_warned, cuda, busy, regime),
-            _c03_disk_io(loader_rows, disk, busy, regime),
-            _c03_worker_copies(memory_rows, memory_images, regime),
-            _c03_in_memory(feed_rows, train_rows, dl_train, per_sample_us, per_batched_us, repeats, busy, regime),
-            _c03_drop_last(drop, drop_note, regime)]
+            _c03_pin_memory_cpu(m.pin_rows, m.pin_warned, m.cuda, busy, regime),
+            _c03_disk_io(loader_rows, m.disk, busy, regime),
+            _c03_worker_copies(m.memory_rows, m.memory_images, regime),
+            _c03_in_memory(m.feed_rows, m.train_rows, dl_train, m.per_sample_us, m.per_batched_us, m.repeats, busy,
+                           regime),
+            _c03_drop_last(m.drop, m.drop_note, regime)]
 
 
 def _c03_workers_fraction(loader_rows, dl_train, cores, busy, regime) -> dict:

@@ -10,12 +10,12 @@ The lesson's code is written in the notebook's cells (d2l's ``#@save`` style): `
 there, so ``scripts/bench_batch_scaling.py`` runs the notebook's code and nothing is written twice.
 
 The measurement harness lives in the core, ``mnist_helpers/batch_scaling.py`` (shared with
-``scripts/bench_batch_scaling.py``), and is imported here: ``fair_plan`` (the runs of a fair test: real doublings
-from the base batch, the same epochs for every batch, a warm-up of about one epoch; plus batch 8 against the base
-batch at equal epochs, and one tiny-step run labelled "where the rule breaks"), ``sweep`` (every run of a plan for
-every seed, calling back the functions it is given), ``judge`` (the five claims' verdicts from the rows, with spread
-over seeds), ``summary`` (mean and spread per configuration, a DataFrame), ``regime``. Here:
-``explorer_table``/``batch_explorer`` (browse a sweep).
+``scripts/bench_batch_scaling.py``); notebook 04 and the tests import it from there: ``fair_plan`` (the runs of a
+fair test: real doublings from the base batch, the same epochs for every batch, a warm-up of about one epoch; plus
+batch 8 against the base batch at equal epochs, and one tiny-step run labelled "where the rule breaks"), ``sweep``
+(every run of a plan for every seed, calling back the functions it is given), ``judge`` (the five claims' verdicts
+from the rows, with spread over seeds), ``summary`` (mean and spread per configuration, a DataFrame), ``regime``.
+Here: ``explorer_table``/``batch_explorer`` (browse a sweep).
 
 The claims: ``claims_04(rows, contention=, full=)`` (pure: the five claims as ``claims.record`` takes them, from
 the full sweep when one is given, else from the notebook's reduced sweep), ``full_sweep()`` (loads the full sweep's
@@ -29,14 +29,13 @@ from typing import Iterable
 
 import pandas as pd
 
-# the measurement harness and the claims' rule live in the core (scripts/bench_batch_scaling.py runs them too);
-# named here as before, so notebook 04 and the tests import them from this lesson
-from mnist_helpers.batch_scaling import (RULES, SAME_ACC, fair_plan, judge, regime, summary, sweep,  # noqa: F401
-                                         timing_busy, timing_calls)
+# the measurement harness and the claims' rule live in the core (scripts/bench_batch_scaling.py runs them too):
+# mnist_helpers.batch_scaling (fair_plan, sweep, judge, ...), imported from there by notebook 04 and the tests
+from mnist_helpers.batch_scaling import RULES, judge, regime, summary, timing_busy, timing_calls
 from mnist_helpers.display import show
 from mnist_helpers.live import widgets
 # the lesson's code, written in the notebook's cells and generated into mnist_helpers/saved.py (`make saved`)
-from mnist_helpers.saved import BASE_BATCH, BASE_LR, scaled_lr, train_run, warmup_factor  # noqa: F401
+from mnist_helpers.saved import BASE_BATCH
 
 
 # ----------------------------------------------------------------- the claims this lesson settles

@@ -3,7 +3,7 @@
 Serves notebook 05. Its measurement harness (``deprecated_amp_warnings``, ``compare_precisions``, ``amp_gain`` and
 ``amp_verdict``, ``accumulated_gradients``, ``accumulation_memory``, ``allocator_fragmentation``,
 ``empty_cache_cost``) lives in the core ``mnist_helpers.precision``, which ``scripts/bench_amp.py`` and
-``scripts/device_check.py`` run too; this module names those functions as before. Every training step here is
+``scripts/device_check.py`` run too; notebook 05 and the tests import them from there. Every training step here is
 ``train.train_step`` (through ``train_one_epoch``); the notebook writes the autocast + GradScaler step out once, which
 is the lesson; memory is measured with the core ``mnist_helpers.memory`` (``peak_memory``, ``run_isolated``).
 Functions return rows (a list of dicts) or a dict; the notebook shows them with ``display.show``.
@@ -41,6 +41,8 @@ Memory experiments (run through ``memory.run_isolated`` for a fresh process):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -48,11 +50,9 @@ from mnist_helpers import claims
 from mnist_helpers.io import MiB
 from mnist_helpers.memory import current_bytes, graph_nodes
 from mnist_helpers.models import build_model
-# the measurement harness lives in the core (scripts/bench_amp.py and scripts/device_check.py run it too); named
-# here as before, so notebook 05 and the tests import it from this lesson
-from mnist_helpers.precision import (ARTICLE_AMP_BATCH, MODES, _grads, accumulated_gradients,  # noqa: F401
-                                     accumulation_memory, allocator_fragmentation, amp_gain, amp_verdict,
-                                     compare_precisions, deprecated_amp_warnings, empty_cache_cost)
+# the measurement harness lives in the core (scripts/bench_amp.py and scripts/device_check.py run it too):
+# mnist_helpers.precision (compare_precisions, accumulation_memory, ...), imported from there by notebook 05
+from mnist_helpers.precision import ARTICLE_AMP_BATCH, amp_gain, amp_verdict, flat_grads
 from mnist_helpers.train import AMP_DTYPES, check_amp, train_step
 
 # --------------------------------------------------------------------------- the API
@@ -83,14 +83,14 @@ def gradient_underflow(model: torch.nn.Module, X: torch.Tensor, y: torch.Tensor,
     device_type = device_type or X.device.type
     model.zero_grad(set_to_none=True)
     F.nll_loss(model(X).float(), y).backward()
-    ref = _grads(model)
+    ref = flat_grads(model)
     rows = []
     for scale in scales:
         model.zero_grad(set_to_none=True)
         with torch.autocast(device_type, dtype=torch.float16):
             loss = F.nll_loss(model(X).float(), y)
         (loss * scale).backward()
-        g = _grads(model) / scale
+        g = flat_grads(model) / scale
         nonzero = ref != 0
         rows.append({"scale": scale, "underflow_frac": float(((g == 0) & nonzero).sum() / nonzero.sum()),
                      "rel_error": float((g - ref).norm() / ref.norm()),
@@ -241,15 +241,31 @@ def _as_dict(contention):
     return contention.to_dict() if hasattr(contention, "to_dict") else contention
 
 
-def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: int, amp_load=None,
-              deprecations: int, torch_version: str, accum: list[dict], leak: dict, leak_steps: int) -> list[dict]:
-    """The claims of notebook 05, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``).
+@dataclass(frozen=True, kw_only=True)
+class Measured05:
+    """What notebook 05 measured, the one input of :func:`claims_05` (its closing cell builds it once).
 
     ``device``: the device type the notebook measured on; ``precision``: ``compare_precisions``' rows by mode (``fp32``
     and ``bf16`` at ``batch_size``); ``small``: its fp32 and bf16 rows at batch 32; ``amp_load``: the
     ``claims.Contention`` (or its dict) of those timings; ``deprecations``: how many warnings the article's
-    ``torch.cuda.amp`` spelling raised; ``accum``: ``accumulation_memory``'s rows; ``leak``: ``leak_demo``'s results by
-    loop name (``"training loop, total += loss"``, ``"... total += loss.item()"``, ``"eval loop, ..."``).
+    ``torch.cuda.amp`` spelling raised under ``torch_version``; ``accum``: ``accumulation_memory``'s rows; ``leak``:
+    ``leak_demo``'s results by loop name (``"training loop, total += loss"``, ``"... total += loss.item()"``, ``"eval
+    loop, ..."``) over ``leak_steps`` steps."""
+    device: str
+    precision: dict
+    small: list[dict]
+    batch_size: int
+    amp_load: object = None
+    deprecations: int
+    torch_version: str
+    accum: list[dict]
+    leak: dict
+    leak_steps: int
+
+
+def claims_05(m: Measured05) -> list[dict]:
+    """The claims of notebook 05, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from
+    what the notebook measured (:class:`Measured05`).
 
     - 05.amp_memory_speed (the article: a GPU at batch 128): *not testable here* without a CUDA GPU (the CPU's
       numbers are quoted as context and judged in 05.amp_on_cpu); on a GPU ``amp_verdict`` of bf16 against fp32, or
@@ -261,10 +277,10 @@ def claims_05(*, device: str, precision: dict, small: list[dict], batch_size: in
       (at least a quarter of the eval loop's per batch), *holds with nuance* when they keep only the loss tensors and
       their ``grad_fn`` chains (``backward()`` freed the rest), *does not hold here* when nothing is kept.
     """
-    return [*_c05_amp(device, precision, small, batch_size, amp_load),
-            _c05_cuda_amp_api(device, deprecations, torch_version),
-            _c05_accumulation_memory(device, accum, batch_size),
-            _c05_loss_leak(device, leak, leak_steps)]
+    return [*_c05_amp(m.device, m.precision, m.small, m.batch_size, m.amp_load),
+            _c05_cuda_amp_api(m.device, m.deprecations, m.torch_version),
+            _c05_accumulation_memory(m.device, m.accum, m.batch_size),
+            _c05_loss_leak(m.device, m.leak, m.leak_steps)]
 
 
 def _c05_amp(device, precision, small, batch_size, amp_load) -> list[dict]:

@@ -13,7 +13,7 @@ in rounds and :func:`paired_ratios` takes each round's ratio from its own pair; 
 "1.7-1.9x" on the spread of those ratios (quartiles inside, above, below, or straddling the range).
 
 The measurement harness lives in the core, ``mnist_helpers/scaling.py`` (shared with ``scripts/bench_scaling.py``,
-``scripts/bench_allreduce.py`` and ``scripts/bench_restarts.py``), and is imported here: the weak and strong
+``scripts/bench_allreduce.py`` and ``scripts/bench_restarts.py``), and is imported from there: the weak and strong
 scaling sweeps without the loader (``measure_step``, ``weak_scaling``, ``strong_scaling``, ``round_ratios``,
 ``comm_fractions``), the verdicts (``speedup_verdict``, ``comm_verdict``: "negligible" is ``NEGLIGIBLE_SHARE`` of a
 step), what an all-reduce costs (4.4: ``ring_model``, ``ring_growth``, ``ring_volume_verdict``,
@@ -25,10 +25,12 @@ step), what an all-reduce costs (4.4: ``ring_model``, ``ring_growth``, ``ring_vo
 (section 5) :func:`ft_runs_table` (its kill -9 is ``mnist_helpers.launch.kill_rank_when``),
 :func:`learner_ddp_script` and :func:`ft_train_differences`; :func:`claims_07`.
 
-Rows are lists of dicts; ``ARTICLE_TABLE``, ``SCALING_TABLE``, ``ALLREDUCE_TABLE``, ``DDP_VARIANTS_TABLE`` and
-``RESTARTS_TABLE`` are the columns and formats to show them with (``display.show(rows, **SCALING_TABLE)``).
+Rows are lists of dicts; ``ARTICLE_TABLE`` here, ``scaling.SCALING_TABLE``, ``ALLREDUCE_TABLE``,
+``DDP_VARIANTS_TABLE`` and ``RESTARTS_TABLE`` in the core are the columns and formats to show them with
+(``display.show(rows, **scaling.SCALING_TABLE)``).
 
-    from mnist_helpers.lessons.l07_scaling import article_comparison, allreduce_sweep, strong_scaling
+    from mnist_helpers.lessons.l07_scaling import article_comparison
+    from mnist_helpers.scaling import allreduce_sweep, strong_scaling
     rows = article_comparison({"1 x 128": (1, 128, 4), "2 x 64": (2, 64, 4)}, rounds=3)
     rows = strong_scaling([1, 2], global_batch_size=128, threads_per_proc=1)
     rows = allreduce_sweep([4096, 4 * 2**20], world_sizes=[2, 3, 4])
@@ -37,18 +39,16 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import dataclass
 
 from mnist_helpers import distributed
 from mnist_helpers.distributed import comparison_device
 from mnist_helpers.launch import torchrun
 # the measurement harness and the verdicts live in the core (scripts/bench_scaling.py, bench_allreduce.py and
-# bench_restarts.py run them too); named here as before, so notebook 07 and the tests import them from this lesson
-from mnist_helpers.scaling import (ALLREDUCE_TABLE, ARTICLE_SPEEDUP, DDP_VARIANTS_TABLE,  # noqa: F401
-                                   MIN_ROUNDS, NEGLIGIBLE_SHARE, RESTART_CONFIGS, RESTART_WORKER, RESTARTS_TABLE,
-                                   SCALING_TABLE, allreduce_sweep, comm_fractions, comm_verdict, ddp_variants,
-                                   latency_growth, launcher_restart_config, measure_step, measured_growth,
-                                   record_restarts, restart_command, restart_rates, ring_growth, ring_model,
-                                   ring_volume_verdict, round_ratios, speedup_verdict, strong_scaling, weak_scaling)
+# bench_restarts.py run them too): mnist_helpers.scaling (strong_scaling, allreduce_sweep, ring_model, ...), imported
+# from there by notebook 07 and the tests
+from mnist_helpers.scaling import (ARTICLE_SPEEDUP, MIN_ROUNDS, NEGLIGIBLE_SHARE, RESTART_WORKER, comm_fractions,
+                                   comm_verdict, ring_volume_verdict, speedup_verdict)
 
 
 # --------------------------------------------------------------------------- what runs where
@@ -183,7 +183,7 @@ def elastic_membership(share_off: str | None = "1", *, join_after: float = 10.0,
     import time
     from pathlib import Path
 
-    from mnist_helpers.launch import _stop_tree, popen_guarded
+    from mnist_helpers.launch import popen_guarded, stop_tree
     from mnist_helpers.ports import free_port
 
     port = free_port()
@@ -210,7 +210,7 @@ def elastic_membership(share_off: str | None = "1", *, join_after: float = 10.0,
             try:
                 codes.append(p.wait(max(1.0, timeout - (time.monotonic() - t0))))
             except subprocess.TimeoutExpired:
-                _stop_tree(p)
+                stop_tree(p)
                 codes.append("timeout")
         log_a.close()
         log_b.close()
@@ -497,46 +497,74 @@ def _comm_combined(verdicts: list[str]) -> str:
     return "inconclusive"
 
 
-def claims_07(*, plan: dict, gpu_names: list[str], model: str, batch: int, article: dict, article_rows: list[dict],
-              article_contention=None, strong: list[dict], weak: list[dict], sweep_contention=None, timing: dict,
-              allreduce_rows: list[dict], allreduce_sizes: list[int], allreduce_contention=None, ring: dict,
-              growth: dict, memory_rows: list[dict], shards: list[dict], mpi: dict, cuda_index: dict,
-              cores: int | None = None, mixed_gpu_busbw: dict | None = None) -> list[dict]:
-    """Notebook 07's claims, judged from what it measured; no I/O. One dict per claim (``claims.record``'s entries).
+@dataclass(frozen=True, kw_only=True)
+class Measured07:
+    """What notebook 07 measured, the one input of :func:`claims_07` (its closing cell builds it once).
+
+    ``plan``: :func:`plan`'s dict; ``gpu_names``: this machine's GPUs; ``model`` and ``batch`` (B) of the comparisons.
+    ``article``: ``{"subset", "epochs", "workers", "rounds"}`` of :func:`article_comparison`'s run, ``article_rows``
+    its rows (labels "1 x B", "2 x B/2", optionally "1 x B, 8 workers"). ``strong`` / ``weak``: the sweeps' rows
+    (with ``comm_fractions``); ``timing``: ``{"repeats", "rounds"}``. ``allreduce_rows`` / ``allreduce_sizes``:
+    ``scaling.allreduce_sweep``; ``ring``: ``scaling.ring_growth``; ``growth``: ``scaling.measured_growth``.
+    ``memory_rows``: :func:`ddp_memory` at B and B/2. ``shards``: :func:`shard_overlap`'s rows (loaders
+    "shuffle=True", "DistributedSampler", "own shard, shuffle=True"). ``mpi``: :func:`mpi_probe`; ``cuda_index``:
+    :func:`cuda_index_probe`; ``cores``: this machine's. ``mixed_gpu_busbw``: ``{"same", "mixed"}`` all-reduce bus
+    bandwidth of a same-model and a mixed-model GPU pair, where one was measured. The ``*_contention`` fields: the
+    ``claims.Contention`` (or its dict) of each timing."""
+    plan: dict
+    gpu_names: list[str]
+    model: str
+    batch: int
+    article: dict
+    article_rows: list[dict]
+    article_contention: object = None
+    strong: list[dict]
+    weak: list[dict]
+    sweep_contention: object = None
+    timing: dict
+    allreduce_rows: list[dict]
+    allreduce_sizes: list[int]
+    allreduce_contention: object = None
+    ring: dict
+    growth: dict
+    memory_rows: list[dict]
+    shards: list[dict]
+    mpi: dict
+    cuda_index: dict
+    cores: int | None = None
+    mixed_gpu_busbw: dict | None = None
+
+
+def claims_07(m: Measured07) -> list[dict]:
+    """Notebook 07's claims, judged from what it measured (:class:`Measured07`); no I/O. One dict per claim
+    (``claims.record``'s entries).
 
     A claim about GPUs is judged only where the comparison ran on GPUs (``plan["device"] == "cuda"``: two or more);
     elsewhere it is "not testable here" and the CPU processes' numbers go into its numbers and evidence as context,
     never judged. A timing taken on a busy machine gets "no verdict: the machine is busy".
 
-    ``plan``: :func:`plan`'s dict. ``article``: ``{"subset", "epochs", "workers", "rounds"}`` of
-    :func:`article_comparison`'s run, ``article_rows`` its rows (labels "1 x B", "2 x B/2", optionally "1 x B, 8
-    workers"). ``strong`` / ``weak``: the sweeps' rows (with ``comm_fractions``); ``timing``: ``{"repeats",
-    "rounds"}``. ``allreduce_rows`` / ``allreduce_sizes``: :func:`allreduce_sweep`; ``ring``: :func:`ring_growth`;
-    ``growth``: :func:`measured_growth`. ``memory_rows``: :func:`ddp_memory` at B and B/2. ``shards``:
-    :func:`shard_overlap`'s rows (loaders "shuffle=True", "DistributedSampler", "own shard, shuffle=True").
-    ``mpi``: :func:`mpi_probe`; ``cuda_index``: :func:`cuda_index_probe`. ``mixed_gpu_busbw``: ``{"same",
-    "mixed"}`` all-reduce bus bandwidth of a same-model and a mixed-model GPU pair, where one was measured.
-
     Each claim is judged by its own function below (``_c07_<claim>``), from the shared facts in ``ctx``."""
+    plan, gpu_names, model, batch, article = m.plan, m.gpu_names, m.model, m.batch, m.article
     gpus = len(gpu_names)
     ctx = {"gpus": gpus, "gpu_names": gpu_names, "on_gpus": plan["device"] == "cuda", "model": model, "batch": batch,
            "where": (f"{plan['backend']} on {'GPUs' if plan['device'] == 'cuda' else 'the CPU'}, "
                      + ", ".join(map(str, plan["world_sizes"])) + " processes"),
            "no_gpus": f"needs 2 GPUs, this machine has {gpus}", "one": f"1 x {batch}", "two": f"2 x {batch // 2}",
-           "cores": cores, "article": article, "article_contention": article_contention,
-           "runs": {r["label"]: r["images_per_s_runs"] for r in article_rows}}
+           "cores": m.cores, "article": article, "article_contention": m.article_contention,
+           "runs": {r["label"]: r["images_per_s_runs"] for r in m.article_rows}}
     ctx["art_regime"] = (f"{model}, the article's DataLoader (torchvision MNIST, ToTensor+Normalize, "
                          f"{article['workers']} workers per process, DistributedSampler), {article['subset']:,} images, "
                          f"epoch {article['epochs']} of {article['epochs']} timed, {article['rounds']} interleaved "
                          f"round(s); {ctx['two']} against {ctx['one']} (global batch {batch}, the article's 5.4); "
                          f"{ctx['where']}")
     out = [_c07_two_gpu_speedup(ctx),
-           _c07_comm_negligible(ctx, strong, weak, sweep_contention, timing),
-           _c07_ring_linear(ctx, plan, allreduce_rows, allreduce_sizes, allreduce_contention, ring, growth)]
+           _c07_comm_negligible(ctx, m.strong, m.weak, m.sweep_contention, m.timing),
+           _c07_ring_linear(ctx, plan, m.allreduce_rows, m.allreduce_sizes, m.allreduce_contention, m.ring, m.growth)]
     if f"{ctx['one']}, 8 workers" in ctx["runs"]:  # the full profile measures it
         out.append(_c07_workers_4_to_8(ctx))
-    out += [_c07_per_gpu_memory(ctx, memory_rows), _c07_tree_allreduce(ctx), _c07_distributed_sampler(shards),
-            _c07_mpi_backend(mpi), _c07_cuda_device_index(ctx, cuda_index), _c07_nccl_mixed_gpus(ctx, mixed_gpu_busbw)]
+    out += [_c07_per_gpu_memory(ctx, m.memory_rows), _c07_tree_allreduce(ctx), _c07_distributed_sampler(m.shards),
+            _c07_mpi_backend(m.mpi), _c07_cuda_device_index(ctx, m.cuda_index),
+            _c07_nccl_mixed_gpus(ctx, m.mixed_gpu_busbw)]
     return out
 
 

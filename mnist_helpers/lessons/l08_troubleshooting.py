@@ -3,7 +3,7 @@ reproduced for real, and a batch-size finder for out-of-memory errors.
 
 **Reproductions.** One function per problem: :func:`port_in_use`, :func:`backend_interface`,
 :func:`unused_parameters`, :func:`collective_mismatch`, :func:`out_of_memory`, :func:`loss_accumulation`,
-:func:`set_epoch_repro` and :func:`padding_repro` (from one :func:`sampler_pitfalls` launch of 06's demo
+:func:`set_epoch_repro` and :func:`padding_repro` (from one :func:`sampler_pitfalls` launch of 12's demo
 workers), :func:`download_race`, :func:`spawn_main`, :func:`cuda_fork`, :func:`loader_starvation` and
 :func:`local_rank_argparse`. Each runs the broken program in a subprocess (through
 ``mnist_helpers.launch.torchrun`` where a process group is involved), catches the failure, reads the message,
@@ -565,7 +565,7 @@ def loss_accumulation(num_steps: int = 8, batch_size: int = 64) -> Repro:
 # --------------------------------------------------------------------------- 7. sampler pitfalls, download race
 
 def sampler_pitfalls(nproc: int = 3, train_steps: int = 2, timeout: float = 300) -> dict:
-    """The --local_rank, set_epoch and padding demos of 06 (``workers.demos``), in one launch; returns their summaries."""
+    """The --local_rank, set_epoch and padding demos of 12 (``workers.demos``), in one launch; returns their summaries."""
     res = launch_ok("mnist_helpers.workers.demos",
                     ["--demos", "local_rank_bug,sampler,validation", "--train-steps", train_steps],
                     nproc=nproc, timeout=timeout)

@@ -7,7 +7,7 @@ own knowledge base". The notebook writes the profiler and Timer calls out in its
 share with the 2-process worker and the measurement harness.
 
 1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py`` (in the core,
-   ``mnist_helpers.profiling``, which the worker imports; named here too): :func:`profile_training` runs
+   ``mnist_helpers.profiling``, which the worker and notebook 09 import): :func:`profile_training` runs
    labelled steps (``data`` / ``forward`` / ``backward`` / ``all-reduce`` / ``optimizer`` via
    ``record_function``, :func:`labelled_step`) under a wait / warm-up / active schedule; :func:`time_breakdown`
    sums the labels into data wait, compute and communication, :func:`bottleneck` reads it.
@@ -40,6 +40,7 @@ import json
 import statistics
 import time
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -57,11 +58,9 @@ from mnist_helpers.launch import torchrun
 from mnist_helpers.live import widgets
 from mnist_helpers.memory import is_oom
 from mnist_helpers.models import build_model
-# the profiling harness and the time-to-accuracy clock live in the core (the profile_ddp worker runs them too);
-# named here as before, so notebook 09 and the tests import them from this lesson
-from mnist_helpers.profiling import (CATEGORIES, COMM_MARKERS, LABELS, activities,  # noqa: F401
-                                     allreduce_gradients, labelled_step, make_batches, profile_training,
-                                     summarise_events, time_breakdown, time_to_accuracy)
+# the profiling harness and the time-to-accuracy clock live in the core (the profile_ddp worker runs them too):
+# mnist_helpers.profiling (profile_training, time_breakdown, ...), imported from there by notebook 09 and the tests
+from mnist_helpers.profiling import time_to_accuracy
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.train import AMP_DTYPES, TrainConfig, check_amp, select_device, train_step
 
@@ -196,7 +195,7 @@ def measure_steps(model: str, batch_size: int, *, device, amp: str = "none", thr
         torch.set_num_threads(old_threads)
 
 
-class _Budget:
+class Budget:
     """A global deadline, shared out between stages; unused time rolls over to the next stage."""
 
     def __init__(self, budget_s: float, stages):
@@ -235,7 +234,7 @@ class NotMeasured(Exception):
     guessed."""
 
 
-def search_stage(stage: str, candidates: list, measure: Callable, budget: _Budget, record: Callable, *,
+def search_stage(stage: str, candidates: list, measure: Callable, budget: Budget, record: Callable, *,
                  cost_s: float = 0.0) -> dict:
     """The loop every stage of :func:`autotune` runs. ``candidates`` start with the article's choice;
     ``measure(setting)`` times one on real training steps (:func:`measure_steps`) and raises :class:`NotMeasured`
@@ -308,7 +307,7 @@ def autotune(budget_s: float = 60.0, device=None, *, model: str = "net", max_bat
     gpus = torch.cuda.device_count() if dev.type == "cuda" else 0
     threads, num_workers, amp, nproc = _autotune_candidates(dev, cores, gpus, threads, num_workers, amp, nproc)
 
-    budget = _Budget(budget_s, STAGES)
+    budget = Budget(budget_s, STAGES)
     tuner = _Tuner(dev, model=model, cores=cores, steps=steps, repeats=repeats, subset=subset, say=say,
                    threads=threads[0], batch_size=min(128, max_batch_size), num_workers=num_workers)
     chosen, feeds = tuner.chosen, tuner.feeds
@@ -878,16 +877,42 @@ def priority_judgement(rows: list[dict], lever_changes: dict, load=None) -> dict
                          f"{priority['why']}{note}")}
 
 
-def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, target: float, test_subset: int,
-              n_seeds: int, model: str, dist_note: str, run_device: str, priority_load=None, shares: dict, ddp: dict,
-              timer_rows: list[dict], timer_batch: int, timer_load=None, budget_s: float, profile_steps: int,
-              device: str, machine: str) -> list[dict]:
-    """The claims of notebook 09, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``).
+@dataclass(frozen=True, kw_only=True)
+class Measured09:
+    """What notebook 09 measured, the one input of :func:`claims_09` (its closing cell builds it once).
 
-    ``rows``: ``side_by_side``'s runs; ``summary``: ``runs_summary(rows)``; ``lever_changes``: the levers as
-    applied (the notebook's ``LEVER_CHANGES``); ``shares``: the profiler's share per part, by feed
-    (``"DataLoader, 2 workers"``, ``"in-memory tensors"``); ``ddp``: profile_ddp's result; ``timer_rows``: the Timer
-    table (``comparison``, ``setting``, ``median_ms``, ``iqr_ms``).
+    The tuning priority: ``rows`` (``side_by_side``'s runs), ``summary`` (``runs_summary(rows)``), ``lever_changes``
+    (the levers as applied, the notebook's ``LEVER_CHANGES``), ``target`` accuracy on ``test_subset`` test images,
+    ``n_seeds``, ``model``, ``dist_note`` (how the distribution lever ran), ``run_device``, ``priority_load`` (the
+    ``claims.Contention`` of those runs, or its dict). The profiler and Timer: ``shares`` (the profiler's share per
+    part, by feed: ``"DataLoader, 2 workers"``, ``"in-memory tensors"``), ``ddp`` (profile_ddp's result),
+    ``timer_rows`` (the Timer table: ``comparison``, ``setting``, ``median_ms``, ``iqr_ms``) at ``timer_batch``,
+    ``timer_load``, autotune's ``budget_s``, ``profile_steps``, the ``device`` profiled and the ``machine`` (one
+    line)."""
+    rows: list[dict]
+    summary: list[dict]
+    lever_changes: dict
+    target: float
+    test_subset: int
+    n_seeds: int
+    model: str
+    dist_note: str
+    run_device: str
+    priority_load: object = None
+    shares: dict
+    ddp: dict
+    timer_rows: list[dict]
+    timer_batch: int
+    timer_load: object = None
+    budget_s: float
+    profile_steps: int
+    device: str
+    machine: str
+
+
+def claims_09(m: Measured09) -> list[dict]:
+    """The claims of notebook 09, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from
+    what the notebook measured (:class:`Measured09`).
 
     - 09.tuning_priority: ``priority_judgement`` (``priority_verdict``'s order of gains, a CPU stand-in lever left
       out of the order; at most *holds with nuance* when lever 1 was measured without the batch size or a lever was
@@ -895,7 +920,14 @@ def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, tar
     - 09.profiler_benchmark: *demonstrated* when the profiler gave a breakdown and the Timer a median for every
       setting; *does not hold here* otherwise.
     """
-    by_name = {s["name"]: s for s in summary}
+    by_name = {s["name"]: s for s in m.summary}
+    return [_c09_tuning_priority(m, by_name), _c09_profiler_benchmark(m, by_name)]
+
+
+def _c09_tuning_priority(m: Measured09, by_name: dict) -> dict:
+    """09.tuning_priority: the gain of each lever alone in time to the target, ordered against the article's."""
+    rows, summary, lever_changes, priority_load, target = m.rows, m.summary, m.lever_changes, m.priority_load, m.target
+    n_seeds, model, test_subset, dist_note, run_device = m.n_seeds, m.model, m.test_subset, m.dist_note, m.run_device
     base = by_name["baseline"]
     judged = priority_judgement(rows, lever_changes, priority_load)
     priority = judged["priority"]
@@ -916,7 +948,7 @@ def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, tar
     missing = "; not measured: " + ", ".join(map(str, priority["missing"])) if priority["missing"] else ""
     base_text = f"{base['median_s']:.1f} s" if base["median_s"] else "target not reached"
     levers_text = "; ".join(lever_description(lev, ch) for lev, ch in sorted(lever_changes.items()))
-    out = [dict(id="09.tuning_priority", verdict=judged["word"], contention=_as_dict(priority_load),
+    return dict(id="09.tuning_priority", verdict=judged["word"], contention=_as_dict(priority_load),
                 evidence=(f"gain in time to {target:.0%} over the article's baseline ({base_text}), median (min-max) of "
                           f"{n_seeds} seed(s): " + ", ".join(parts) + missing
                           + f"; measured order {priority['measured_order']}"
@@ -926,7 +958,14 @@ def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, tar
                 numbers=pn,
                 regime=(f"{model}, time to {target:.0%} on {test_subset} test images; baseline DataLoader 4 workers, "
                         f"batch 128, Adam 1e-3, fp32, 1 process; levers alone: {levers_text} ({dist_note}); "
-                        f"{n_seeds} seed(s) interleaved; every run on {run_device}; gains, not effort"))]
+                        f"{n_seeds} seed(s) interleaved; every run on {run_device}; gains, not effort"))
+
+
+def _c09_profiler_benchmark(m: Measured09, by_name: dict) -> dict:
+    """09.profiler_benchmark: the profiler's breakdown, the Timer's medians and autotune's choice, as measured."""
+    ddp, timer_rows, shares, target, budget_s = m.ddp, m.timer_rows, m.shares, m.target, m.budget_s
+    timer_batch, timer_load, model, device, machine = m.timer_batch, m.timer_load, m.model, m.device, m.machine
+    profile_steps = m.profile_steps
     ddp_shares = {b["part"]: b["share"] for b in ddp["ranks"][0]["breakdown"]}
     threads = [r for r in timer_rows if r["comparison"] == "threads"]
     best = max(threads, key=lambda r: r.get("images_per_s") or 0) if threads else None
@@ -948,18 +987,17 @@ def claims_09(*, rows: list[dict], summary: list[dict], lever_changes: dict, tar
                                         ("autotune_gain_max", "gain_max")) if auto.get(g) is not None}
     timer_text = (f"Timer: {best['median_ms']:.1f} ms median (IQR {best['iqr_ms']:.1f} ms) at batch {timer_batch}, "
                   f"{best['setting']} thread(s)" if best else "Timer: no thread setting measured")
-    out.append(dict(id="09.profiler_benchmark", verdict="demonstrated" if ok else "does not hold here",
-                    contention=_as_dict(timer_load),
-                    evidence=(f"profiler: data wait {bn['data_share_loader']:.0%} of a step with a 2-worker DataLoader "
-                              f"({bn['data_share_tensor']:.0%} from tensors), compute {bn['compute_share_loader']:.0%}; "
-                              f"2 processes: data {bn['ddp_data_share']:.0%}, compute {bn['ddp_compute_share']:.0%}, "
-                              f"communication {bn['ddp_comm_share']:.0%}; {timer_text}; autotune: {auto_text}"),
-                    numbers=bn,
-                    regime=(f"{model}, batch 128 profiled on {device} ({profile_steps} active steps), 2 "
-                            f"{ddp.get('backend')} processes x 64 on {ddp.get('device')}; Timer on one training step; "
-                            f"autotune budget {budget_s} s, its choice timed to {target:.0%} with the levers; "
-                            f"{machine}")))
-    return out
+    return dict(id="09.profiler_benchmark", verdict="demonstrated" if ok else "does not hold here",
+                contention=_as_dict(timer_load),
+                evidence=(f"profiler: data wait {bn['data_share_loader']:.0%} of a step with a 2-worker DataLoader "
+                          f"({bn['data_share_tensor']:.0%} from tensors), compute {bn['compute_share_loader']:.0%}; "
+                          f"2 processes: data {bn['ddp_data_share']:.0%}, compute {bn['ddp_compute_share']:.0%}, "
+                          f"communication {bn['ddp_comm_share']:.0%}; {timer_text}; autotune: {auto_text}"),
+                numbers=bn,
+                regime=(f"{model}, batch 128 profiled on {device} ({profile_steps} active steps), 2 "
+                        f"{ddp.get('backend')} processes x 64 on {ddp.get('device')}; Timer on one training step; "
+                        f"autotune budget {budget_s} s, its choice timed to {target:.0%} with the levers; "
+                        f"{machine}"))
 
 
 def spread_of(samples) -> dict:

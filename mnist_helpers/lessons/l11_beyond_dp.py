@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -182,29 +183,47 @@ def _own(slug: str, claim: str, verdict_word: str, evidence: str, regime: str, c
     return entry
 
 
-def claims_11(*, config: dict, mem_rows: list[dict], ckpt_rows: list[dict], ckpt_contention=None,
-              dcp_saved: dict, dcp_loaded: dict, torch_save: dict, tp: dict, compile_result: dict | None = None,
-              compile_contention=None, pipe: dict, pipeline_timeout_s: float) -> list[dict]:
-    """The notebook's claims (all the series' own, section "ours"), judged from what it measured; no I/O.
+@dataclass(frozen=True, kw_only=True)
+class Measured11:
+    """What notebook 11 measured, the one input of :func:`claims_11` (its closing cell builds it once).
 
     ``config``: width, blocks, batch_size, steps, worlds, ckpt_width, ckpt_batches. ``mem_rows``: ``per_rank_rows``
     with the notebook's estimate added (``estimated_state_mib``, ``peak_vs_estimate``). ``ckpt_rows``:
     ``checkpoint_tradeoff``'s. ``dcp_saved`` / ``dcp_loaded``: the DCP worker's save result and ``{world size:
     load result}`` (each with ``digests``). ``torch_save``: ``{"local_shape", "full_shape", "full_error"}`` of
     rank 0's ``torch.save`` file. ``tp``: ``{ranks: tensor-parallel result}``. ``compile_result``: the compile
-    worker's result, None when it was not run. ``pipe``: ``pipelining_outcome``'s dict. Contentions: a
-    ``claims.Contention`` or its dict; a busy one turns a timing's verdict into "no verdict: the machine is busy".
-    Returns one dict per claim (``claims.record``'s entries), section by section (``_c11_<section>``)."""
+    worker's result, None when it was not run. ``pipe``: ``pipelining_outcome``'s dict, ``pipeline_timeout_s`` its
+    limit. Contentions: a ``claims.Contention`` or its dict; a busy one turns a timing's verdict into "no verdict:
+    the machine is busy"."""
+    config: dict
+    mem_rows: list[dict]
+    ckpt_rows: list[dict]
+    ckpt_contention: object = None
+    dcp_saved: dict
+    dcp_loaded: dict
+    torch_save: dict
+    tp: dict
+    compile_result: dict | None = None
+    compile_contention: object = None
+    pipe: dict
+    pipeline_timeout_s: float
+
+
+def claims_11(m: Measured11) -> list[dict]:
+    """The notebook's claims (all the series' own, section "ours"), judged from what it measured
+    (:class:`Measured11`); no I/O. Returns one dict per claim (``claims.record``'s entries), section by section
+    (``_c11_<section>``)."""
+    config = m.config
     width, blocks, batch = config["width"], config["blocks"], config["batch_size"]
     worlds, steps = list(config["worlds"]), config["steps"]
     regime = f"ResMLP width {width}, {blocks} blocks, batch {batch} per rank, AdamW, gloo on the CPU, world sizes {worlds}"
-    return [*_c11_estimates(mem_rows, regime),
-            *_c11_checkpointing(config, blocks, ckpt_rows, ckpt_contention),
-            *_c11_sharding(worlds, steps, mem_rows, regime),
-            *_c11_checkpoints(dcp_saved, dcp_loaded, torch_save, regime),
-            *_c11_tensor_parallel(tp),
-            *_c11_compile(compile_result, compile_contention),
-            *_c11_pipelining(pipe, pipeline_timeout_s)]
+    return [*_c11_estimates(m.mem_rows, regime),
+            *_c11_checkpointing(config, blocks, m.ckpt_rows, m.ckpt_contention),
+            *_c11_sharding(worlds, steps, m.mem_rows, regime),
+            *_c11_checkpoints(m.dcp_saved, m.dcp_loaded, m.torch_save, regime),
+            *_c11_tensor_parallel(m.tp),
+            *_c11_compile(m.compile_result, m.compile_contention),
+            *_c11_pipelining(m.pipe, m.pipeline_timeout_s)]
 
 
 def _c11_estimates(mem_rows, regime) -> list[dict]:

@@ -1,4 +1,4 @@
-"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (06_ddp_fundamentals); the
+"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (12_ddp_in_depth); the
 same rule for the learner's scripts (06: train_single.py -> train_ddp.py, ``# DDP:``; 07: -> train_ft.py, ``# FT:``).
 
 Each step keeps the previous one's code and marks what it changes **once per block**, as huggingface/accelerate's

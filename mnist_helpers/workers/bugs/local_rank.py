@@ -6,7 +6,7 @@ The article reads the GPU index with ``parser.add_argument("--local_rank", type=
   ``--local-rank=N`` (dashed since torch 2.0) and argparse stops with
   ``error: unrecognized arguments: --local-rank=0``.
 - Under ``torchrun`` no argument arrives at all: every process keeps the default 0 and would put
-  itself on ``cuda:0`` (silently; see ``workers/demos/local_rank_bug.py`` of 06 for that side).
+  itself on ``cuda:0`` (silently; see ``workers/demos/local_rank_bug.py`` of 12 for that side).
 
 ``--fix`` reads ``LOCAL_RANK`` from the environment, which both launchers set:
 

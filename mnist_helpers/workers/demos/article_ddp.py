@@ -1,4 +1,4 @@
-"""The source article's section 5.2 DDP script, as written, runnable on a CPU (06_ddp_fundamentals).
+"""The source article's section 5.2 DDP script, as written, runnable on a CPU (12_ddp_in_depth, appendix B).
 
 Only torch and torchvision, like the article: its ``Net`` (5.1), ``setup(rank, world_size)`` with
 MASTER_ADDR/MASTER_PORT and ``init_process_group``, a ``DistributedSampler`` under a ``DataLoader`` at

@@ -1,4 +1,4 @@
-"""Run the demo workers of 06_ddp_fundamentals, one or several per torchrun launch.
+"""Run the demo workers of 12_ddp_in_depth (08 reuses them), one or several per torchrun launch.
 
 Each ``mnist_helpers/workers/demos/<name>.py`` shows one point about DDP and has
 ``run(ctx, args) -> dict`` (this rank's measurements) and ``summarize(ranks) -> dict`` (the verdicts,

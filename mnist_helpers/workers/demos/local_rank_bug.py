@@ -1,4 +1,4 @@
-"""The article's ``--local_rank`` argument under torchrun (06_ddp_fundamentals, article section 5.3).
+"""The article's ``--local_rank`` argument under torchrun (12_ddp_in_depth, article section 5.3).
 
 The article picks the GPU with ``parser.add_argument("--local_rank", type=int, default=0)``. That
 was the contract of the old ``torch.distributed.launch``; torchrun never passes such an argument

@@ -1,4 +1,4 @@
-"""DistributedSampler: disjoint shards, and why ``set_epoch`` matters (06_ddp_fundamentals, 4 and 5.2).
+"""DistributedSampler: disjoint shards, and why ``set_epoch`` matters (12_ddp_in_depth, 4 and 5.2).
 
 Every rank builds ``DistributedSampler(range(60_000), num_replicas=world_size, rank=rank,
 shuffle=True)`` (a sampler only needs the dataset's length) and lists its indices for three

@@ -1,4 +1,4 @@
-"""Seeding under DDP (06_ddp_fundamentals, article section 6 "seeds").
+"""Seeding under DDP (12_ddp_in_depth, article section 6 "seeds").
 
 The article seeds every process alike "so the replicas match". Two measurements:
 

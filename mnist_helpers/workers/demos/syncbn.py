@@ -1,4 +1,4 @@
-"""BatchNorm under DDP, with and without synchronisation (06_ddp_fundamentals, article section 6).
+"""BatchNorm under DDP, with and without synchronisation (12_ddp_in_depth, article section 6).
 
 ``NetBN`` trains a few DDP steps on each rank's own images. Plain ``BatchNorm2d`` normalises with
 the statistics of the local batch only and keeps per-rank running statistics: they differ between

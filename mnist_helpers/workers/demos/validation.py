@@ -1,4 +1,4 @@
-"""Validation under DDP: three ways, timed and counted (06_ddp_fundamentals, article section 6).
+"""Validation under DDP: three ways, timed and counted (12_ddp_in_depth, article section 6).
 
 The ranks first train a small ``FastNet(width=8)`` together for ``--train-steps`` DDP steps, so there is
 something worth scoring. Then, on the 10,000 test images:

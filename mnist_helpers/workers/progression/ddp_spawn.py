@@ -7,7 +7,7 @@
 This is the source article's section 5.2 style (``setup(rank, world_size)``, ``mp.spawn``), with two
 fixes: the port is a free one the OS picks (the article's fixed 12355 fails when something holds it),
 and the backend is chosen for the machine (``nccl`` when every process gets a GPU, else ``gloo``).
-Every block this step adds or changes starts with one ``# DDP:`` comment. Taught in 06_ddp_fundamentals,
+Every block this step adds or changes starts with one ``# DDP:`` comment. Shown in 12_ddp_in_depth (appendix A),
 which shows the file and its diff; in a terminal:
 ``diff mnist_helpers/workers/progression/single.py mnist_helpers/workers/progression/ddp_spawn.py``. Run it from a
 terminal (not from a notebook cell: ``mp.spawn`` pickles ``main`` by name, which a notebook cannot provide):

@@ -1,12 +1,12 @@
 """Train MNIST with DistributedDataParallel under torchrun: one script for one process, one node or many.
 
-Step 3 of the worker progression taught in 06_ddp_fundamentals (introduced in 00_setup_and_data):
+Step 3 of the worker progression shown in 12_ddp_in_depth, appendix A (introduced in 00_setup_and_data):
 
     single.py     one process, one device
     ddp_spawn.py  + DistributedDataParallel, processes made by mp.spawn  (changes marked  # DDP:)
     ddp_train.py  + launched by torchrun, which sets RANK/LOCAL_RANK     (this file; changes marked  # torchrun:)
 
-Every block this step adds, changes or removes starts with one ``# torchrun:`` comment; 06 shows the file whole
+Every block this step adds, changes or removes starts with one ``# torchrun:`` comment; 12 shows the file whole
 and its diff from ddp_spawn.py.
 
 torchrun starts the processes and gives each one ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,

@@ -1,6 +1,6 @@
 """Fault-tolerant DDP training: snapshots every N steps, exact resume mid-epoch (07_scaling_and_multinode).
 
-A subclass of ``ddp_train.Trainer`` (the worker from 06) that adds what a long job on many machines
+A subclass of ``ddp_train.Trainer`` (the worker 12 shows, appendix A) that adds what a long job on many machines
 needs when a process dies and ``torchrun --max-restarts`` starts the whole group again:
 
 - a snapshot every ``--snapshot-every`` steps and at the end of every epoch, written atomically by

@@ -1,4 +1,4 @@
-"""Train MNIST on one device: step 1 of the worker progression taught in 06_ddp_fundamentals.
+"""Train MNIST on one device: step 1 of the worker progression (12_ddp_in_depth, appendix A).
 
 Three workers, each a small diff of the previous one with every changed line marked (the idea of
 pytorch/examples' ddp-tutorial-series), so you can see exactly what distribution adds:

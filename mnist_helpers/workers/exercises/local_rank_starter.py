@@ -1,0 +1,25 @@
+"""Exercise 12-1, the starter: a short DDP worker that picks its GPU the article's way, from an argparse
+``--local_rank``. Copy it, then fix the copy so that under torchrun each process names its own GPU (notebook 12,
+exercise 12-1; section 1 shows the bug). No GPU is needed: the script only names the device.
+
+    torchrun --standalone --nproc-per-node=2 work/local_rank_exercise.py --out work/devices.json
+
+Rank 0 writes the device every process picked to ``--out``; the check launches your copy on 2 processes and reads it.
+"""
+import argparse
+import json
+
+import torch.distributed as dist
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=0)  # the old torch.distributed.launch contract
+parser.add_argument("--out")
+args = parser.parse_args()
+dist.init_process_group("gloo")
+device = f"cuda:{args.local_rank}"  # the GPU this process would train on
+devices = [None] * dist.get_world_size()
+dist.all_gather_object(devices, device)
+if dist.get_rank() == 0:
+    json.dump(devices, open(args.out, "w"))
+dist.barrier()
+dist.destroy_process_group()
