@@ -29,8 +29,8 @@ scripts import the core only):
                    scripts/bench_amp.py, scripts/device_check.py)
     scaling        07's weak and strong scaling, all-reduce sweeps and the ring model, DDP variants, restart trials
                    (07; scripts/bench_scaling.py, bench_allreduce.py, bench_restarts.py)
-    speedrun       10's recipes, settings and ladders, time_to_accuracy and its targets (10;
-                   scripts/bench_time_to_accuracy.py, scripts/device_check.py, scripts/make_claims.py)
+    speedrun       10's recipes, settings and ladders, the fixed-schedule protocol (fixed_schedule, its rows and
+                   verdicts) and the first-crossing time_to_accuracy (10; scripts/bench_speedrun.py, device_check.py)
     claims       the article's claims (CATALOG), the result file every notebook writes (ResultFile), the load
                  rule (Contention, busy_verdict), spread(); `make claims` builds the README table from them (01)
     display      tables as pandas DataFrames: table(rows), show(rows, formats=...) (00)

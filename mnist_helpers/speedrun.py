@@ -265,9 +265,11 @@ def fast_base(device: str | torch.device = "cpu") -> Recipe:
 
 # The 99.5% recipe: what it changes on top of `fast` (notebook 10's `hyp` cell shows both recipes whole), in the
 # order of LADDER_995, each step one change whose gain the notebook measures.
-# Measured on the 2-core EPYC (2026-12-04, 5 seeds each, best test accuracy over the last 30% of the run): width 16
-# and 5 epochs ended at 99.45-99.54% (a seed short of 99.5% on both kernel profiles), width 24 and 6 epochs at
-# 99.55-99.64% natively and 99.54-99.65% with the kernels limited to AVX2, for 2.2x the training time.
+# Chosen under the fixed-schedule protocol on the 2-core AMD EPYC with AVX-512 (2026-12-07, bf16 + channels_last +
+# compile, test-time shifts of 1 px; mean final accuracy of 3-4 seeds, the machine shared part of the time): width 16
+# ran at the images/s of width 12 (the small convolutions cost per call, not per channel), 99.11% after 0.45 epoch;
+# for 99.5%, width 16 stayed at 99.47-99.50% from 3 to 4 epochs (capacity), width 20 and 24 ran at about half of
+# width 16's images/s, width 32 at the same rate as 24 and reached 99.51% in 2 epochs with 1-pixel shifts.
 # HYP_995 and the three steps are read from notebook 10's hyp_995 (what it changes on top of hyp).
 HYP_995 = {k: v for k, v in _HYP_995_WHOLE.items() if HYP.get(k) != v}
 LADDER_995 = (

@@ -31,7 +31,7 @@ WRONG = {
     "07-2": (75, "two"), "08-1": (80, "1024-65535"), "08-2": (None, "float"),
     "09-1": (24, "percentage"), "09-2": (["distribution", "lr_and_optimizer", "amp_and_accumulation",
                                           "batch_size_and_workers"], "position 1"),
-    "10-1": (300, "step"), "10-2": (1.0, "Hint"),
+    "10-1": (0.9921, "best seed"), "10-2": (1.0, "Hint"),
     "11-1": (16 * 34_389_002 / 2**20, "every rank"), "11-2": ((4096, 256), "RowwiseParallel"),
     "12-1": (Path(E.LOCAL_RANK_STARTER).read_text(), "cuda:0"),
     "12-2": (lambda seed, rank: torch.Generator().manual_seed(seed), "every rank draws the same shifts"),

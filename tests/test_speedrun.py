@@ -405,8 +405,8 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
 
 
 def test_net_label_names_the_net_a_claim_timed():
-    assert speedrun.net_label(speedrun.get_recipe("poolfirst")) == "SpeedNet(12)"
-    assert speedrun.net_label(speedrun.get_recipe("stride2")) == "SpeedNet(12, strided first layer)"
+    assert speedrun.net_label(speedrun.get_recipe("poolfirst")) == f"SpeedNet({speedrun.HYP['width']})"
+    assert speedrun.net_label(speedrun.get_recipe("stride2")) == f"SpeedNet({speedrun.HYP['width']}, strided first layer)"
     assert speedrun.net_label("speednet_v1", 16) == "SpeedNetV1(16, conv-BN-ReLU-pool)"
     assert speedrun.net_label(speedrun.ARTICLE) == "Net"
     assert speedrun.net_label("mystery", 3) == "mystery(3)"  # an unlisted model keeps its registry name
