@@ -152,11 +152,9 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                "pays on *your* CPU, measured and chosen (`speedrun.choose_settings`); FLOPs per image against this "
                "machine's measured peak; the 10-seed benchmark `scripts/bench_speedrun.py` with the article's "
                'recipe in the same run, and the committed references'),
-        quick='29-103 s',
-        full=('17-18 min (quiet, EPYC; `make full NB=10`), 35 min on an evening the same VM ran slower; '
-              "the 5-seed benchmark `scripts/bench_time_to_accuracy.py`: 20 min with 4 seeds of the article's "
-              "recipe (quiet, EPYC; 16 min with 2 and the kernels limited to AVX2), most of it the article's recipe"
-              ' and the evaluations, kept out of training time'),
+        quick='125 s (EPYC, with other jobs loading the machine)',
+        full=('8.0 min (quiet, EPYC with AVX-512, 2026-12-07; `make full NB=10`); the 10-seed benchmark '
+              '`scripts/bench_speedrun.py`: 24 min (quiet, EPYC), 21 of them the article\'s recipe (10 x 5 epochs)'),
         gpu='not measured yet'),
     Notebook(
         "11", "beyond_data_parallel", 'beyond data parallel (ZeRO, FSDP2, checkpointing, DCP, TP)', "l11_beyond_dp", core=False,
