@@ -47,8 +47,6 @@ from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.train import select_device
 
 RECIPES = ("article", "fast", "fast995")
-RATIO_TARGET = {"0.99": 80.0, "0.995": 10.0}  # issue 50: speed-up over the article's recipe, same run
-MIN_SEEDS = {"cpu": 10, "cuda": 25}
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -154,7 +152,8 @@ def judge(runs: list[dict], roles: dict, device_type: str, quick: bool, min_seed
     for cid, key, role in (("10.speedrun_99", "0.99", "fast"), ("10.speedrun_995", "0.995", "fast995")):
         if not by.get(role) or not by.get("article"):
             continue
-        verdict, nums = speedrun.judge_protocol(by[role], by["article"], float(key), RATIO_TARGET[key], min_seeds)
+        verdict, nums = speedrun.judge_protocol(by[role], by["article"], float(key), speedrun.RATIO_TARGETS[cid],
+                                                min_seeds)
         cont = speedrun.merge_contention([r.get("contention") for r in by[role] + by["article"]])
         if quick:
             verdict = "inconclusive"
@@ -187,7 +186,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    min_seeds = MIN_SEEDS["cuda" if device.type == "cuda" else "cpu"]
+    min_seeds = speedrun.MIN_SEEDS["cuda" if device.type == "cuda" else "cpu"]
     seeds = args.seeds or ([0, 1] if args.quick else list(range(min_seeds)))
     article_seeds = len(seeds) if args.article_seeds is None else args.article_seeds
     subset, test_subset = (1024, 500) if args.quick else (None, None)
@@ -207,7 +206,7 @@ def main(argv=None) -> int:
         for entry in judge(runs, roles, device.type, args.quick, min_seeds):
             res.claim(entry.pop("id"), **entry)
         res.extra = {"benchmark": "speedrun", "protocol": speedrun.PROTOCOL, "quick": args.quick, "complete": final,
-                     "device": str(device), "ratio_target": RATIO_TARGET, "min_seeds": min_seeds,
+                     "device": str(device), "ratio_target": speedrun.RATIO_TARGETS, "min_seeds": min_seeds,
                      "recipes": {r.name: r.to_dict() for r in roles.values()}, "choice": choice,
                      "peak_flops": peak, "training_flops_per_image": fpi, "seeds": seeds,
                      "article_seeds": article_seeds,

@@ -9,14 +9,11 @@ run too; notebook 10 imports it by its own name. Here:
 from __future__ import annotations
 
 from mnist_helpers import claims
-from mnist_helpers.speedrun import judge_protocol, net_label, protocol_evidence, settings_label
+from mnist_helpers.speedrun import (MIN_SEEDS, RATIO_TARGETS, judge_protocol, net_label, protocol_evidence,
+                                    settings_label)
 
 
 # --------------------------------------------------------------------------- the notebook's claims
-
-RATIO_TARGETS = (80.0, 10.0)  # issue 50: speed-up over the article's recipe to a 99.0% / 99.5% mean, same run
-MIN_SEEDS = 10                # the protocol's seeds on a CPU before a verdict can hold
-
 
 def claims_10(record: dict) -> list[dict]:
     """Notebook 10's two claims (the series' own, catalogued) under the fixed-schedule protocol, judged with
@@ -26,16 +23,17 @@ def claims_10(record: dict) -> list[dict]:
     and ``train_s``, the test set scored once at the end of a fixed schedule), ``targets`` (the two accuracies),
     ``quick``, ``contention`` (the merged load record, :func:`speedrun.merge_contention`) and, for the regime,
     ``hyp``, ``hyp_995``, ``settings``, ``subset``, ``device``, ``threads``. Targets: the mean final accuracy at or
-    above the target at >= 80x (99.0%) and >= 10x (99.5%) the article's training time, at least ``MIN_SEEDS`` seeds;
+    above the target at >= 80x (99.0%) and >= 10x (99.5%) the article's training time (``speedrun.RATIO_TARGETS``),
+    at least ``speedrun.MIN_SEEDS`` seeds;
     the notebook's few seeds can therefore show a target missed but not met (the benchmark,
     ``scripts/bench_speedrun.py``, runs 10). The quick profile (a subset, low targets) runs the code paths only:
     "inconclusive"; a busy machine gives "no verdict: the machine is busy"."""
     runs, targets = record["runs"], record["targets"]
     busy = (record.get("contention") or {}).get("busy")
     out = []
-    for cid, role, hyp_key, target, ratio in (("10.speedrun_99", "fast", "hyp", targets[0], RATIO_TARGETS[0]),
-                                              ("10.speedrun_995", "fast995", "hyp_995", targets[1], RATIO_TARGETS[1])):
-        verdict, nums = judge_protocol(runs[role], runs["article"], target, ratio, MIN_SEEDS)
+    for cid, role, hyp_key, target in (("10.speedrun_99", "fast", "hyp", targets[0]),
+                                       ("10.speedrun_995", "fast995", "hyp_995", targets[1])):
+        verdict, nums = judge_protocol(runs[role], runs["article"], target, RATIO_TARGETS[cid], MIN_SEEDS["cpu"])
         if record["quick"]:
             verdict = "inconclusive"  # a 1,024-image subset and low targets: the code paths, not the claim
         h = record[hyp_key]
