@@ -39,7 +39,7 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install $$($(PY) scripts/torch_source.py $(TORCH_SPEC))
 	$(PY) -m pip install -e '.[dev]'
-	$(PY) -m mnist_helpers.tools.env_check --quiet
+	$(PY) -m mnist_helpers.course.env_check --quiet
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -108,7 +108,7 @@ avx2-tests:
 	$(AVX2_ENV) $(TEST_ENV) MNIST_RESULTS_DIR=$(abspath results/avx2) \
 	  $(PY) -m pytest $(AVX2_TESTS) -ra -p no:cacheprovider
 
-# mnist_helpers/saved.py: the code the notebooks mark #@save, copied as written (tests/test_saved.py checks it is current)
+# mnist_helpers/lessons/nNN/saved.py: the code each notebook marks #@save, copied as written (tests/test_saved.py checks it is current)
 saved: install
 	$(PY) scripts/build_saved.py
 
@@ -118,7 +118,7 @@ claims: install
 	$(PY) scripts/make_claims.py
 
 # the README's notebook table and docs/INSTRUCTOR.md's runtime table, written from the series registry
-# (mnist_helpers/series.py; tests/test_series.py checks both are current)
+# (mnist_helpers/course/series.py; tests/test_series.py checks both are current)
 tables: install
 	$(PY) scripts/make_tables.py
 
@@ -143,12 +143,12 @@ full: data
 	  --timeout=0 --overwrite -p no:cacheprovider -ra notebooks/$(NB)*.ipynb
 
 strip: install
-	$(PY) -m mnist_helpers.tools.nbstrip notebooks
+	$(PY) -m mnist_helpers.course.nbstrip notebooks
 
-# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/exercises.py.
+# Re-insert every notebook's exercise cells and rewrite notebooks/solutions/ from mnist_helpers/course/exercises.py.
 exercises: install
 	$(PY) scripts/build_exercises.py
-	$(PY) -m mnist_helpers.tools.nbstrip notebooks
+	$(PY) -m mnist_helpers.course.nbstrip notebooks
 
 clean:
 	rm -rf .pytest_cache build *.egg-info results/*.tmp

@@ -427,7 +427,7 @@ def _results_path(args: list[str], out) -> tuple[Path, list[str], bool]:
     return Path(out), [*args, "--out", str(out)], auto
 
 
-GUARDED = sys.platform.startswith("linux")  # prctl: see mnist_helpers/tools/reaper.py
+GUARDED = sys.platform.startswith("linux")  # prctl: see mnist_helpers/reaper.py
 # the folder that holds the package: a fresh ``python -c`` child finds it there even where it is not installed
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]
 
@@ -442,14 +442,14 @@ def child_env(*first) -> dict:
 
 
 def popen_guarded(command: list[str], cleanup: str | None = None, **kwargs) -> subprocess.Popen:
-    """``subprocess.Popen(command)`` of torchrun under ``mnist_helpers.tools.reaper`` (Linux), in a session
+    """``subprocess.Popen(command)`` of torchrun under ``mnist_helpers.reaper`` (Linux), in a session
     of its own: when the kernel dies (even with its whole process group killed) or torchrun is killed,
     the reaper stops torchrun and every worker, so nothing keeps training with no one to read it, and removes
     the folder ``cleanup`` (the launcher's temporary folder) if the kernel died.
     SIGINT/SIGTERM sent to the returned process are passed on to torchrun."""
     if not GUARDED:  # same process group as the caller: Jupyter's interrupt reaches torchrun directly
         return subprocess.Popen(command, **kwargs)
-    wrapped = [sys.executable, "-m", "mnist_helpers.tools.reaper", *(["--cleanup", cleanup] if cleanup else []),
+    wrapped = [sys.executable, "-m", "mnist_helpers.reaper", *(["--cleanup", cleanup] if cleanup else []),
                str(os.getpid()), "--", *command]
     return subprocess.Popen(wrapped, start_new_session=True, **kwargs)
 

@@ -22,8 +22,8 @@ transient part only; that is why they must be read separately.
 ``run_isolated(fn, **kwargs)`` runs a module-level package function in a fresh Python process and
 adds that process's RSS high-water mark: a cross-check on CPU that counts everything (the allocator's
 slack, libraries), and the only safe way to set ``PYTORCH_CUDA_ALLOC_CONF`` (it is read once, when
-CUDA initialises). The notebook's experiments on leaks live in ``mnist_helpers.lessons.l05_precision_memory``, those
-on the CUDA caching allocator in ``mnist_helpers.precision``.
+CUDA initialises). The notebook's experiments on leaks live in ``mnist_helpers.lessons.n05.lesson``, those
+on the CUDA caching allocator in ``mnist_helpers.lessons.n05.precision``.
 
 The batch-size finder (08; the ``oom`` worker runs it): :func:`find_batch_size` halves from a start until
 ``fits(batch_size)`` runs without an out-of-memory error, :func:`train_step_probe` makes such a ``fits`` (one
@@ -473,19 +473,6 @@ def _child_main(target: str, kwargs_json: str) -> None:
     result = fn(**json.loads(kwargs_json))
     print(json.dumps({"result": result, "rss_start_bytes": start, "rss_peak_bytes": rss_peak_bytes(),
                       "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF")}))
-
-
-def graph_nodes(t) -> int:
-    """How many autograd nodes are reachable from ``t`` (0 for a float or a tensor without history)."""
-    root = getattr(t, "grad_fn", None)
-    seen, stack = set(), [root] if root is not None else []
-    while stack:
-        node = stack.pop()
-        if node is None or id(node) in seen:
-            continue
-        seen.add(id(node))
-        stack.extend(n for n, _ in node.next_functions)
-    return len(seen)
 
 
 if __name__ == "__main__":  # what run_isolated runs: python -m mnist_helpers.memory module:function '{"kwarg": 1}'

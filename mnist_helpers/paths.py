@@ -6,7 +6,7 @@ and scripts all resolve the same folders.
 - ``MNIST_DATA_ROOT`` / ``MNIST_RESULTS_DIR`` override the defaults.
 - In a checkout we may write to (the package sits next to ``pyproject.toml``): ``<repo>/data`` and ``<repo>/results``.
 - Otherwise: ``~/.cache/mnist-scale-lab/{data,results}``. A notebook's first cell (``hosted.prepare``) chooses
-  writable places for a hosted kernel before anything runs (:func:`mnist_helpers.hosted.places`) and sets the two
+  writable places for a hosted kernel before anything runs (:func:`mnist_helpers.course.hosted.places`) and sets the two
   variables for the kernel and the processes it starts: nothing is ever written inside a read-only series (a Kaggle
   dataset).
 """

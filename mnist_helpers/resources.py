@@ -7,7 +7,7 @@ machine: CPU model, cores, the ISA torch uses, RAM, GPUs, torch version, load av
 without initialising the CUDA driver (so that a fork-based launcher still works after it).
 
 The article's first two levels of resources in full (hardware and framework, read through Python APIs)
-are lesson 01's: ``mnist_helpers.lessons.l01_resources``.
+are lesson 01's: ``mnist_helpers.lessons.n01.lesson``.
 """
 from __future__ import annotations
 

@@ -22,12 +22,12 @@ import time
 
 import torch
 
-from mnist_helpers.display import show
+from mnist_helpers.course.display import show
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
-from mnist_helpers.scaling import (ALLREDUCE_TABLE, DDP_VARIANTS_TABLE, allreduce_sweep, ddp_variants, latency_growth,
+from mnist_helpers.lessons.n07.scaling import (ALLREDUCE_TABLE, DDP_VARIANTS_TABLE, allreduce_sweep, ddp_variants, latency_growth,
                                    measured_growth, ring_volume_verdict)
 
 

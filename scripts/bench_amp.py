@@ -23,12 +23,12 @@ import json
 import time
 
 from mnist_helpers.data import load_mnist
-from mnist_helpers.display import show
+from mnist_helpers.course.display import show
 from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.memory import run_isolated
 from mnist_helpers.paths import results_dir
-from mnist_helpers.precision import (accumulation_memory, allocator_fragmentation, compare_precisions,
+from mnist_helpers.lessons.n05.precision import (accumulation_memory, allocator_fragmentation, compare_precisions,
                                      deprecated_amp_warnings, empty_cache_cost)
 from mnist_helpers.resources import describe, machine_info
 from mnist_helpers.train import select_device

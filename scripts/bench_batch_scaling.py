@@ -1,8 +1,8 @@
 """The fair test of the article's batch-size claims (notebook 04_batch_size_and_lr): writes
-results/bench_batch_scaling.json in the claims schema (mnist_helpers.claims) with the verdicts on
+results/bench_batch_scaling.json in the claims schema (mnist_helpers.course.claims) with the verdicts on
 04.double_batch_double_lr, 04.adam_complicated, 04.batch_64_256, 04.batch8_unstable and 04.batch4096.
 
-The regime (mnist_helpers/batch_scaling.fair_plan): real doublings from the base batch (128, 256, ..., 4096), all
+The regime (mnist_helpers/lessons/n04/batch_scaling.fair_plan): real doublings from the base batch (128, 256, ..., 4096), all
 60,000 training images, the same 10 epochs for every batch (batch 2048 still takes 290 steps), the linear rule with a
 warm-up of one epoch against a fixed LR; Adam fixed/linear/sqrt at 512 and 2048; batch 8 against 128 at equal epochs
 (1 epoch) for SGD and Adam; one tiny-step run (batch 4096 for 1 epoch, 14 steps) labelled "where the rule breaks";
@@ -43,10 +43,10 @@ import time
 
 import torch
 
-from mnist_helpers import batch_scaling as bs
-from mnist_helpers import claims
+from mnist_helpers.lessons.n04 import batch_scaling as bs
+from mnist_helpers.course import claims
 from mnist_helpers.data import load_mnist
-from mnist_helpers.display import show
+from mnist_helpers.course.display import show
 from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import check_writable
 from mnist_helpers.paths import results_dir

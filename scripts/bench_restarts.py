@@ -1,7 +1,7 @@
 """torchrun --max-restarts after a killed worker: success rates per configuration (notebook 07_scaling_and_multinode,
 claim 07.restarts).
 
-Every configuration of ``mnist_helpers.scaling.RESTART_CONFIGS`` (``--standalone`` and an explicit c10d
+Every configuration of ``mnist_helpers.lessons.n07.scaling.RESTART_CONFIGS`` (``--standalone`` and an explicit c10d
 endpoint, each with torch's default TCP-store sharing and with it off, as the launcher runs it) ``--trials`` times,
 interleaved. Each trial launches the worker ``mnist_helpers.workers.bugs.restart_kill`` (plain torch: rank 1 sends
 itself SIGKILL on the first attempt) under ``--max-restarts 2`` and counts a success when the restarted group
@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from mnist_helpers import claims  # noqa: E402 - after the sys.path line above
-from mnist_helpers.display import show  # noqa: E402
+from mnist_helpers.course import claims  # noqa: E402 - after the sys.path line above
+from mnist_helpers.course.display import show  # noqa: E402
 from mnist_helpers.errors import cli_entry  # noqa: E402
 from mnist_helpers.io import write_json  # noqa: E402
-from mnist_helpers.scaling import RESTART_CONFIGS, RESTARTS_TABLE, record_restarts, restart_rates  # noqa: E402
+from mnist_helpers.lessons.n07.scaling import RESTART_CONFIGS, RESTARTS_TABLE, record_restarts, restart_rates  # noqa: E402
 
 
 @cli_entry  # expected errors: one message with the fix, exit code 2

@@ -6,8 +6,8 @@ doubles). Each point launches ``mnist_helpers.workers.bench.allreduce ddp`` thro
 Net under DDP on synthetic MNIST-shaped batches, one thread per process (set explicitly), warm-up first, then
 timed blocks interleaved with the same step under ``no_sync()`` (no all-reduce); the slowest rank's time counts.
 World sizes alternate in rounds (1, 2, 1, 2, ...) so drift on a shared machine hits both alike; per round the
-2-vs-1 ratio is taken side by side, and the verdicts come from ``mnist_helpers.scaling.speedup_verdict`` and
-``mnist_helpers.scaling.comm_verdict`` (the same functions the notebook uses) on those repeats. On a CPU this is a
+2-vs-1 ratio is taken side by side, and the verdicts come from ``mnist_helpers.lessons.n07.scaling.speedup_verdict`` and
+``mnist_helpers.lessons.n07.scaling.comm_verdict`` (the same functions the notebook uses) on those repeats. On a CPU this is a
 stand-in (gloo), not a GPU measurement; a busy machine gets no verdict (``claims.Contention``).
 
 Prints the table, the ratios with their spread and the verdicts, and writes results/bench_scaling.json (machine,
@@ -24,13 +24,13 @@ import argparse
 import datetime
 import time
 
-from mnist_helpers import claims
-from mnist_helpers.display import show
+from mnist_helpers.course import claims
+from mnist_helpers.course.display import show
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info
-from mnist_helpers.scaling import (NEGLIGIBLE_SHARE, SCALING_TABLE, comm_fractions, comm_verdict, round_ratios,
+from mnist_helpers.lessons.n07.scaling import (NEGLIGIBLE_SHARE, SCALING_TABLE, comm_fractions, comm_verdict, round_ratios,
                                    speedup_verdict, strong_scaling, weak_scaling)
 
 

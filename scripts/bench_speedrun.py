@@ -23,7 +23,7 @@ speed-up over the article's mean training time; training FLOP/s as a share of th
     python scripts/bench_speedrun.py --seeds 25 --device cuda
     python scripts/bench_speedrun.py --quick                # seconds: tiny subset, every code path (tests, CI)
 
-Writes ``results/bench_speedrun.json`` (or ``--out``) in the claims schema (``mnist_helpers.claims``), with
+Writes ``results/bench_speedrun.json`` (or ``--out``) in the claims schema (``mnist_helpers.course.claims``), with
 ``"protocol": "fixed-schedule"``: the machine, the two claims with their verdicts (``speedrun.judge_protocol``), the
 chosen settings with their measurement, the recipes, the peak, every run, the summary rows. A partial file is written
 after every run. References: ``results/reference/<machine label>/bench_speedrun.json``.
@@ -38,7 +38,8 @@ from pathlib import Path
 
 import torch
 
-from mnist_helpers import claims, speedrun
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n10 import speedrun
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.models import build_model

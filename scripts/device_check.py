@@ -6,7 +6,7 @@
     python scripts/device_check.py --keep OUT_DIR         # file a GPU run under results/reference/<machine label>/
 
 A script, not a worker: it runs the notebooks' measurement harness on the GPU (10's ladder from
-``mnist_helpers.speedrun``, 05's precision comparison and allocator experiments from ``mnist_helpers.precision``),
+``mnist_helpers.lessons.n10.speedrun``, 05's precision comparison and allocator experiments from ``mnist_helpers.lessons.n05.precision``),
 core modules that the lessons import too.
 
 Each section writes ``RES/<section>.json`` again after every row or run (atomically), so a section stopped by its
@@ -145,7 +145,7 @@ def machine(s: Section) -> None:
                         multiprocessors=p.multi_processor_count, bf16=torch.cuda.is_bf16_supported())
         versions["nccl"] = s.run("nccl version", lambda: ".".join(map(str, torch.cuda.nccl.version())))
     s.save(versions=versions, tools=tools, matmul_peak_flops={})
-    from mnist_helpers import speedrun
+    from mnist_helpers.lessons.n10 import speedrun
 
     n = 512 if s.dry else 8192
     dtypes = [("float32 (IEEE)", torch.float32, False), ("bfloat16", torch.bfloat16, False)]
@@ -207,7 +207,7 @@ def speedrun_chain(s: Section) -> None:
     """Notebook 10's ladder, one seed each. Recipes without a schedule stop at 99.0% with enough epochs to reach
     it; scheduled ones run their horizon (their 99.5% needs the end of the schedule). The article's step runs
     last: time_to_accuracy already measured it, so a time limit costs the ladder its least new number."""
-    from mnist_helpers import speedrun
+    from mnist_helpers.lessons.n10 import speedrun
     from mnist_helpers.models import build_model, flops_per_image
 
     runs, skipped = [], {}
@@ -236,7 +236,7 @@ def speedrun_chain(s: Section) -> None:
 
 def amp(s: Section) -> None:
     """compare_precisions per batch size: IEEE fp32 (TF32 off) first, then TF32, bf16, fp16 + GradScaler."""
-    from mnist_helpers import precision
+    from mnist_helpers.lessons.n05 import precision
     from mnist_helpers.data import load_mnist
 
     X, y, Xt, yt = load_mnist(device=s.device, subset=(1024, 500) if s.dry else (16384, 10000))
@@ -313,7 +313,7 @@ def loader(s: Section) -> None:
 def allocator(s: Section) -> None:
     import torch
 
-    from mnist_helpers import precision
+    from mnist_helpers.lessons.n05 import precision
     from mnist_helpers.memory import run_isolated
 
     def steps():  # allocated vs reserved around 3 training steps of the article's Net, peak reset first
@@ -425,7 +425,7 @@ def judge(res: Path):
     ``07.workers_4_to_8`` and ``03.pin_memory_gpu`` (the DataLoader feeding the GPU, the host-to-device copy). A
     claims.ResultFile dated and labelled with the GPU machine, or None: a CPU dry run, or no section that settles
     one, settles nothing."""
-    from mnist_helpers import claims
+    from mnist_helpers.course import claims
 
     amp, load = _load_section(res, "amp"), _load_section(res, "loader")
     docs = [d for d in (amp, load) if d]
@@ -444,7 +444,7 @@ def judge(res: Path):
 def _judge_amp(rf, amp: dict | None, gpu: dict, where: str) -> None:
     """05.amp_memory_speed and 01.gpu_memory_enough from section amp, into ``rf``."""
     from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict
-    from mnist_helpers.precision import ARTICLE_AMP_BATCH, amp_gain, amp_verdict
+    from mnist_helpers.lessons.n05.precision import ARTICLE_AMP_BATCH, amp_gain, amp_verdict
 
     rows = [r for r in (amp or {}).get("rows", []) if r.get("block_images_per_s")]
     by = {(r["batch_size"], r["mode"]): r for r in rows}
@@ -522,7 +522,7 @@ def _judge_loader(rf, load: dict | None, machine: dict, where: str) -> None:
     """07.workers_4_to_8 from section loader, into ``rf``. Judged only on repeated steady passes (a difference
     counts outside their spread, in every pin setting); a run with one steady pass per setting is *inconclusive*:
     its first and steady passes show how far one pass can move, and a rerun with repeated passes is pending."""
-    from mnist_helpers import claims
+    from mnist_helpers.course import claims
 
     steady, passes, first = _loader_rows(load)
     pins = [p for p in (False, True) if (4, p) in steady and (8, p) in steady]
@@ -568,7 +568,7 @@ def _judge_pin(rf, load: dict | None, machine: dict, where: str) -> None:
     ``pin_memory=True`` delivers more images/s at every worker count (outside the spread of repeated passes);
     *holds with nuance* when the copy is faster but the loader is not (or was timed in single passes: reported, not
     judged); *does not hold here* when the copy is not faster."""
-    from mnist_helpers import claims
+    from mnist_helpers.course import claims
 
     copy = (load or {}).get("host_to_device_copy_us_per_512_batch") or {}
     plain, pinned = copy.get("pinned=False"), copy.get("pinned=True")
@@ -611,7 +611,7 @@ def keep(src: Path, reference: Path | None = None) -> Path:
     import shutil
     import tempfile
 
-    from mnist_helpers.claims import machine_label
+    from mnist_helpers.course.claims import machine_label
     from mnist_helpers.errors import UsageError
     from mnist_helpers.paths import reference_dir
 

@@ -1,6 +1,6 @@
 """Generate docs/CLAIMS.md and the README's claims summary from the committed reference result files (`make claims`).
 
-Every verdict comes from ``results/reference/<machine label>/*.json``: files in the schema of ``mnist_helpers.claims``
+Every verdict comes from ``results/reference/<machine label>/*.json``: files in the schema of ``mnist_helpers.course.claims``
 (``ResultFile``), written by a notebook's full run or a ``scripts/`` benchmark. ``docs/CLAIMS.md`` is generated whole:
 first one short row per claim (its id, the claim, the verdict on each machine), in the order of ``claims.CATALOG`` (a
 notebook's own claims follow its catalogued ones), then a section per claim with each machine's evidence, regime and
@@ -26,7 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from mnist_helpers import claims, speedrun  # noqa: E402
+from mnist_helpers.course import claims  # noqa: E402
+from mnist_helpers.lessons.n10 import speedrun
 from mnist_helpers.errors import UsageError, cli_entry  # noqa: E402
 from mnist_helpers.io import sync_generated  # noqa: E402
 from mnist_helpers.paths import reference_dir, results_dir  # noqa: E402
@@ -57,7 +58,7 @@ if sorted(v for _, vs in GROUPS for v in vs) != sorted(claims.VERDICTS):
 INTRO = """\
 Each verdict is settled by a notebook's (or a benchmark script's) own measurement and this page is **generated** by
 `make claims` (`scripts/make_claims.py`) from the committed result files in `results/reference/<machine>/`: a full
-run writes `results/NN_<slug>.json` (one schema, `mnist_helpers/claims.py`: per claim the verdict computed by code,
+run writes `results/NN_<slug>.json` (one schema, `mnist_helpers/course/claims.py`: per claim the verdict computed by code,
 the numbers behind it with their spread, the regime it was tested in, the machine, the date, the CPU share other
 processes took meanwhile), and `python scripts/make_claims.py --keep NN_<slug>` files it as a reference.
 `tests/test_claims.py` fails when this page or the README's summary differs from the generator's output, or when the
@@ -277,7 +278,7 @@ def keep(name: str) -> Path:
         raise UsageError(f"{src} does not exist", "run the notebook (or script) in the full profile first")
     data = json.loads(src.read_text())
     if data.get("schema") != claims.SCHEMA:
-        raise UsageError(f"{src} is not a claims result file", "write it with mnist_helpers.claims.ResultFile")
+        raise UsageError(f"{src} is not a claims result file", "write it with mnist_helpers.course.claims.ResultFile")
     if data.get("profile") != "full":
         raise UsageError(f"{src} comes from the {data.get('profile')!r} profile",
                          "only a full run is kept as a reference: run it with MNIST_PROFILE=full")

@@ -159,7 +159,7 @@ def _longest_first(items):
     series registry records; the AVX2 profile), then every other unit in collection order; a unit's tests stay
     together and in order. Two workers given the long units first finish close together: left to the end, one
     notebook's run (2-5 min) kept one worker busy while the other sat idle."""
-    from mnist_helpers.series import NOTEBOOKS
+    from mnist_helpers.course.series import NOTEBOOKS
 
     quick = {f"TestNotebook{nb.nn}": _quick_seconds(nb.quick) for nb in NOTEBOOKS}
     first_seen: dict[str, int] = {}

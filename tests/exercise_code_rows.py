@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from mnist_helpers import exercises as E
+from mnist_helpers.course import exercises as E
 from test_exercise_branches import Row, solution_answer  # noqa: F401 - imported by that module after its Row exists
 
 

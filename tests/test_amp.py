@@ -5,11 +5,11 @@ import warnings
 import pytest
 import torch
 
-from mnist_helpers.lessons import l05_precision_memory as l05
-from mnist_helpers.lessons.l05_precision_memory import gradient_underflow, scaler_skip_demo, supported_amp
+from mnist_helpers.lessons.n05 import lesson as l05
+from mnist_helpers.lessons.n05.lesson import gradient_underflow, scaler_skip_demo, supported_amp
 from mnist_helpers.memory import CATEGORIES
 from mnist_helpers.models import Net
-from mnist_helpers.precision import (accumulated_gradients, accumulation_memory, amp_gain, amp_verdict,
+from mnist_helpers.lessons.n05.precision import (accumulated_gradients, accumulation_memory, amp_gain, amp_verdict,
                                      compare_precisions, deprecated_amp_warnings)
 from mnist_helpers.train import AMP_DTYPES, TrainConfig, check_amp
 

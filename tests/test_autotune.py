@@ -1,7 +1,7 @@
 """autotune (notebook 09) on tiny budgets: every stage measured or marked skipped, a valid configuration."""
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import (NotMeasured, Budget, autotune, evidence_table, measure_steps,
+from mnist_helpers.lessons.n09.lesson import (NotMeasured, Budget, autotune, evidence_table, measure_steps,
                                                  search_stage, stage_gains)
 from mnist_helpers.train import TrainConfig
 

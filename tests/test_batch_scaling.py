@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import batch_scaling, claims, saved
+from mnist_helpers.lessons.n04 import batch_scaling
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n04 import saved
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOK = REPO / "notebooks" / "04_batch_size_and_lr.ipynb"
@@ -33,7 +35,7 @@ def test_warmup_ramps_from_start_to_one():
 
 def test_the_notebook_writes_the_lessons_code():
     """The lesson's code lives in the notebook's cells, marked #@save; the module runs that code (tests/test_saved.py
-    checks mnist_helpers/saved.py is current)."""
+    checks mnist_helpers/lessons/n04/saved.py is current)."""
     from test_saved import build_saved
 
     _, saved_code = build_saved.collect(NOTEBOOK)
@@ -187,7 +189,7 @@ def test_bench_script_quick_writes_a_claims_file(tmp_path, mnist_root):
 
 
 def test_batch_explorer_static_table_and_widget(capsys):
-    from mnist_helpers.lessons.l04_batch_scaling import batch_explorer, explorer_table
+    from mnist_helpers.lessons.n04.lesson import batch_explorer, explorer_table
     rows = [{"group": "doubling", "optimizer": "sgd", "rule": rule, "batch_size": b, "lr": 0.05, "test_acc": acc,
              "train_acc": acc, "gap": 0.0, "images_per_s": 100.0, "loss_noise": 0.1, "seconds": 1.0}
             for rule, b, acc in [("fixed", 128, 0.95), ("fixed", 512, 0.90), ("linear", 512, 0.93),

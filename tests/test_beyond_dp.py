@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mnist_helpers.launch import torchrun
-from mnist_helpers.lessons.l11_beyond_dp import n_params, per_rank_rows, pipelining_outcome
+from mnist_helpers.lessons.n11.lesson import n_params, per_rank_rows, pipelining_outcome
 from mnist_helpers.workers.beyond import dcp_checkpoint
 from mnist_helpers.workers.beyond.common import build, state_bytes
 

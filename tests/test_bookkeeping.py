@@ -1,11 +1,11 @@
 """Notebook cells teach; result bookkeeping (claims, verdicts, evidence strings) lives in the lesson modules.
-tools/bookkeeping counts the code lines that only record results: below 8% over the series (15.1% before the
+course/bookkeeping counts the code lines that only record results: below 8% over the series (15.1% before the
 third edition moved them into claims_NN functions), and no notebook above 8%."""
 from pathlib import Path
 
 import pytest
 
-from mnist_helpers.tools.bookkeeping import cell_counts, notebook_counts
+from mnist_helpers.course.bookkeeping import cell_counts, notebook_counts
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -26,4 +26,4 @@ def test_under_8_percent_over_the_series():
 def test_no_notebook_is_mostly_bookkeeping(path):
     bk, total = notebook_counts(path)
     assert bk / total <= 0.08, (f"{path.name}: {bk} of {total} code lines record results: move them into the lesson "
-                                "module's claims function (python -m mnist_helpers.tools.bookkeeping)")
+                                "module's claims function (python -m mnist_helpers.course.bookkeeping)")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import claims
+from mnist_helpers.course import claims
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -191,7 +191,7 @@ def test_several_machines_side_by_side():
 
 def test_a_verdict_on_an_earlier_speedrun_recipe_is_labelled():
     """The claims page says when a kept speedrun verdict timed a recipe the code no longer trains, and what changed."""
-    from mnist_helpers import speedrun
+    from mnist_helpers.lessons.n10 import speedrun
 
     def ref(label, **change):
         fast = speedrun.get_recipe("fast", "cpu", choice={"amp": "none", "channels_last": True, "compile": False})

@@ -1,6 +1,6 @@
 """claims_00 (notebook 00's claim) judged from synthetic measurements: both ways, every number sourced."""
-from mnist_helpers import claims
-from mnist_helpers.lessons.l00_setup import claims_00
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n00.lesson import claims_00
 
 FULL = 7_840_016
 

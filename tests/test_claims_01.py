@@ -3,8 +3,8 @@ machine gives no verdict on the timing, and every number an evidence string quot
 measurements only: nothing is timed here."""
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l01_resources import CONFIG_TARGET, Measured01, claims_01
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n01.lesson import CONFIG_TARGET, Measured01, claims_01
 from mnist_helpers.memory import gpu_memory_verdict
 
 QUIET = {"busy": False, "others_cpu_share": 0.02}

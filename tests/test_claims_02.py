@@ -1,8 +1,8 @@
 """claims_02 and compare_loop_and_fit (notebook 02) judged from synthetic histories: both ways, numbers sourced."""
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l02_baseline import BASELINE_MIN_ACC, Measured02, claims_02, compare_loop_and_fit
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n02.lesson import BASELINE_MIN_ACC, Measured02, claims_02, compare_loop_and_fit
 
 
 def history(accs, seconds=12.0):

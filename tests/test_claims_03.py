@@ -5,8 +5,8 @@ import copy
 
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l03_dataloader as lb
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n03 import lesson as lb
 
 QUIET = {"busy": False, "others_cpu_share": 0.01}
 BUSY = {"busy": True, "others_cpu_share": 0.7}

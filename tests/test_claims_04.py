@@ -3,9 +3,9 @@ no verdict on the timing claim, the full sweep is preferred and labelled with it
 evidence string quotes is recorded. Synthetic rows only: nothing is trained here."""
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l04_batch_scaling as bs
-from mnist_helpers.saved import BASE_LR
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n04 import lesson as bs
+from mnist_helpers.lessons.n04.saved import BASE_LR
 
 QUIET = {"busy": False, "others_cpu_share": 0.01}
 BUSY = {"busy": True, "others_cpu_share": 0.7}

@@ -1,9 +1,9 @@
 """claims_05 (notebook 05) judged from synthetic measurements: each claim both ways, the load rule, numbers sourced."""
 import pytest
 
-from mnist_helpers import claims
+from mnist_helpers.course import claims
 from mnist_helpers.io import MiB
-from mnist_helpers.lessons.l05_precision_memory import Measured05, claims_05
+from mnist_helpers.lessons.n05.lesson import Measured05, claims_05
 
 QUIET = {"others_cpu_share": 0.01, "busy": False}
 BUSY = {"others_cpu_share": 0.6, "busy": True}

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from mnist_helpers import claims, scaling
-from mnist_helpers.lessons import l07_scaling as l07
-from mnist_helpers.lessons.l07_scaling import Measured07, claims_07
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n07 import scaling
+from mnist_helpers.lessons.n07 import lesson as l07
+from mnist_helpers.lessons.n07.lesson import Measured07, claims_07
 
 QUIET = {"others_cpu_share": 0.02, "load_avg_before": 0.4, "load_avg_after": 0.5, "cores": 2, "wall_s": 60.0,
          "busy": False}

@@ -1,8 +1,8 @@
 """claims_08 (notebook 08) judged from synthetic records: each claim both ways, the load rule, numbers sourced."""
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l08_troubleshooting import FED, STARVED, Repro, claims_08
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n08.lesson import FED, STARVED, Repro, claims_08
 
 QUIET = {"others_cpu_share": 0.0, "busy": False}
 

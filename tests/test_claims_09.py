@@ -1,8 +1,8 @@
 """claims_09 (notebook 09) judged from synthetic runs: each claim both ways, the load rule, numbers sourced."""
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l09_profiling import (ARTICLE_BASELINE, LEVERS, Measured09, claims_09, lever_plan,
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n09.lesson import (ARTICLE_BASELINE, LEVERS, Measured09, claims_09, lever_plan,
                                                  priority_judgement, runs_summary)
 
 CHANGES = {1: {"loader": "tensor", "num_workers": 0, "pin_memory": False}, 2: {"lr": 2e-3}, 3: {"amp": "bf16"},

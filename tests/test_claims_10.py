@@ -4,8 +4,8 @@ the number of seeds), the quick profile never judges, a busy machine gets no ver
 string quotes is among that claim's numbers."""
 from __future__ import annotations
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l10_speedrun import claims_10
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n10.lesson import claims_10
 
 HYP = {"model": "speednet_s2", "width": 12, "batch_size": 64, "num_epochs": 0.6, "translate": 0, "tta": 1}
 QUIET = {"others_cpu_share": 0.02, "max_run_share": 0.05, "load_avg_max": 1.1, "cores": 2, "wall_s": 90.0, "runs": 6,

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons.l11_beyond_dp import Measured11, claims_11
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n11.lesson import Measured11, claims_11
 
 QUIET = {"others_cpu_share": 0.02, "load_avg_before": 0.5, "load_avg_after": 0.6, "cores": 2, "wall_s": 5.0,
          "busy": False}

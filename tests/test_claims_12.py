@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.lessons import l12_ddp_in_depth as l12
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n12 import lesson as l12
 from mnist_helpers.paths import reference_dir
 
 

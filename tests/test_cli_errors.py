@@ -1,7 +1,7 @@
 """Every command fails like a good CLI: one message that names the problem and the fix, exit code 2, no
 traceback, and no output file left behind (mnist_helpers.errors).
 
-A table of bad inputs runs against the real commands (workers, ``mnist_helpers.data``, ``mnist_helpers.doctor``,
+A table of bad inputs runs against the real commands (workers, ``mnist_helpers.data``, ``mnist_helpers.course.doctor``,
 the scripts); nearly all of them must fail before any training. To stay fast on two cores, most cases run
 in child processes forked from one interpreter that imported torch once: each runs its command as
 ``__main__`` with its own argv and environment, as ``python -m`` does, without 1.5 s of start-up each. The
@@ -122,7 +122,7 @@ def _flag_cases(tmp: Path) -> list[Case]:
              ["--stop-file needs --snapshot"]),
         Case("ft_stop_check_every_zero", [W + "ft_train", "--stop-check-every", "0", *QUICK],
              ["--stop-check-every must be >= 1"]),
-        Case("doctor_zero_procs", ["mnist_helpers.doctor", "--nproc", "0"], ["--nproc and --batch-size must be >= 1"]),
+        Case("doctor_zero_procs", ["mnist_helpers.course.doctor", "--nproc", "0"], ["--nproc and --batch-size must be >= 1"]),
     ]
 
 

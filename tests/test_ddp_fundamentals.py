@@ -150,7 +150,7 @@ def test_the_articles_script_runs_as_written(mnist_root, tmp_path):
 
 def test_mp_spawn_of_a_main_function_fails_without_a_file():
     """08's reproduction (workers/bugs/spawn_main.py) run as ``python -c`` fails; the same file run as a script works."""
-    from mnist_helpers.lessons.l12_ddp_in_depth import spawn_from_a_file, spawn_like_a_notebook
+    from mnist_helpers.lessons.n12.lesson import spawn_from_a_file, spawn_like_a_notebook
 
     like_notebook = spawn_like_a_notebook()
     assert like_notebook["returncode"] != 0 and not like_notebook["finished"]
@@ -161,7 +161,7 @@ def test_mp_spawn_of_a_main_function_fails_without_a_file():
 
 
 def test_what_init_process_group_needs():
-    from mnist_helpers.lessons.l12_ddp_in_depth import init_requirements
+    from mnist_helpers.lessons.n12.lesson import init_requirements
 
     r = init_requirements()
     steps = list(r["env_steps"].values())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import claims
+from mnist_helpers.course import claims
 from mnist_helpers.errors import UsageError
 from mnist_helpers.memory import gpu_memory_verdict
 
@@ -227,7 +227,7 @@ def test_fp32_on_cuda_is_ieee_and_tf32_its_own_mode():
     """The GPU-only switch of compare_precisions, checked without a GPU: the flags are plain attributes."""
     import torch
 
-    from mnist_helpers.precision import MODES, cuda_math
+    from mnist_helpers.lessons.n05.precision import MODES, cuda_math
 
     assert "tf32" in MODES
     flags = (torch.backends.cudnn, "allow_tf32"), (torch.backends.cuda.matmul, "allow_tf32")

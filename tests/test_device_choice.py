@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from mnist_helpers import distributed
 from mnist_helpers.distributed import DistContext, comparison_device
-from mnist_helpers.lessons import l07_scaling as l07
-from mnist_helpers.lessons import l09_profiling as l09
+from mnist_helpers.lessons.n07 import lesson as l07
+from mnist_helpers.lessons.n09 import lesson as l09
 
 REPO = Path(__file__).resolve().parents[1]
 GPU_COUNTS = (0, 1, 2)
@@ -211,7 +211,7 @@ def test_notebook_02_compares_the_loop_and_fit_on_one_device():
     cfg = next(c for c in calls(code, "TrainConfig") if keyword(c, "loader") == "'dataloader'")
     assert keyword(cfg, "device") == "device.type", "fit() runs on the article loop's device"
     assert "loop_device=device.type" in code, "the comparison knows the article loop's device"
-    from mnist_helpers.lessons.l02_baseline import compare_loop_and_fit
+    from mnist_helpers.lessons.n02.lesson import compare_loop_and_fit
     row = [{"epoch": 1, "test_acc": 0.9, "seconds": 1.0}]
     assert not compare_loop_and_fit(row, row, loop_device="cpu", fit_device="mps", max_weight_diff=0.0)["identical"], \
         "the claim is judged only on same-device runs"

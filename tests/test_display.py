@@ -1,7 +1,7 @@
 """Tables are DataFrames: built from rows or a dict, shown with formats, plain text outside a notebook."""
 import pandas as pd
 
-from mnist_helpers.display import show, table
+from mnist_helpers.course.display import show, table
 
 
 def test_table_from_rows_and_from_a_dict():

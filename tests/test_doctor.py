@@ -1,4 +1,4 @@
-"""python -m mnist_helpers.doctor: findings with fixes, exit code 1 on errors."""
+"""python -m mnist_helpers.course.doctor: findings with fixes, exit code 1 on errors."""
 from __future__ import annotations
 
 import json
@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
-from mnist_helpers import doctor
+from mnist_helpers.course import doctor
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.ports import hold_port
 
 
 @pytest.mark.process
 def test_cli_reports_every_check_as_json(mnist_root):
-    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.doctor", "--json"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "mnist_helpers.course.doctor", "--json"], capture_output=True, text=True,
                           timeout=120)
     findings = json.loads(proc.stdout)
     checks = {f["check"] for f in findings}

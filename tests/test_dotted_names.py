@@ -21,7 +21,7 @@ def _texts():
             continue
         for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             yield path, "".join(cell["source"])
-    for path in [REPO / "README.md", REPO / "mnist_helpers" / "exercises.py", *sorted((REPO / "docs").rglob("*.md"))]:
+    for path in [REPO / "README.md", REPO / "mnist_helpers" / "course" / "exercises.py", *sorted((REPO / "docs").rglob("*.md"))]:
         yield path, path.read_text(encoding="utf-8")
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import exercises as E
+from mnist_helpers.course import exercises as E
 
 
 @pytest.mark.process

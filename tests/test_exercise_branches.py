@@ -1,4 +1,4 @@
-"""Every feedback branch of every exercise check in mnist_helpers/exercises.py, one table row or more per branch.
+"""Every feedback branch of every exercise check in mnist_helpers/course/exercises.py, one table row or more per branch.
 
 tests/test_exercises.py tries one wrong answer per check, so a mutated check (one that sorted the learner's pair
 before comparing accepted (8, 4) for 01-2, whose answer is (4, 8)) passed every test. Here ROWS holds, per exercise,
@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers import exercises as E
+from mnist_helpers.course import exercises as E
 from mnist_helpers.models import FastNet, Net, count_parameters, flops_per_image
 
 
@@ -39,7 +39,7 @@ class Row:
     phrase: str              # literal text of exactly one `return` of the check (or of _not_a_number)
     shows: tuple = ()        # more text the message must contain (rendered numbers), tied to no one `return`
     launch: tuple | None = None  # (json, error): stands in for _launch_script, so no torchrun starts
-    patch: dict = field(default_factory=dict)  # attributes of mnist_helpers.exercises replaced during the call
+    patch: dict = field(default_factory=dict)  # attributes of mnist_helpers.course.exercises replaced during the call
     name: str = ""           # the test id; repr(answer) if empty
 
 

@@ -1,5 +1,5 @@
 """Exercises (issue 11): every solution passes its check, wrong answers get specific feedback, and the exercise
-cells in the notebooks and notebooks/solutions/ are exactly what mnist_helpers.exercises generates."""
+cells in the notebooks and notebooks/solutions/ are exactly what mnist_helpers.course.exercises generates."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from mnist_helpers import exercises as E
+from mnist_helpers.course import exercises as E
 
 REPO = Path(__file__).resolve().parents[1]
 NB_DIR = REPO / "notebooks"
@@ -131,7 +131,7 @@ def test_answer_box_is_static_outside_a_front_end():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_exercise_cells_match_the_source(path):
     want, have = build.expected_and_actual(path)
-    assert have == want, (f"{path.name}: exercise cells drifted from mnist_helpers/exercises.py; "
+    assert have == want, (f"{path.name}: exercise cells drifted from mnist_helpers/course/exercises.py; "
                           "run `.venv/bin/python scripts/build_exercises.py`")
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
     marked = [i for i, c in enumerate(cells) if "exercise" in c.get("metadata", {})]

@@ -3,7 +3,7 @@ import json
 import pytest
 import torch
 
-from mnist_helpers import experiments as ex
+from mnist_helpers.course import experiments as ex
 
 MACHINE = {"cpu_model": "Test CPU", "logical_cores": 2, "gpus": [], "hostname": "h"}
 

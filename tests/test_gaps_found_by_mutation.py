@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mnist_helpers import claims
+from mnist_helpers.course import claims
 from mnist_helpers.distributed import DistContext, evaluate_exact, shard
 from mnist_helpers.train import evaluate
 

@@ -24,7 +24,7 @@ import pytest
 from nbclient import NotebookClient
 
 import notebook_runs
-from mnist_helpers.hosted import QUICK_CORES, choose_profile
+from mnist_helpers.course.hosted import QUICK_CORES, choose_profile
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -70,7 +70,7 @@ def test_a_mistyped_profile_is_refused_with_the_choices():
 
 
 def test_prepare_sets_the_profile_for_the_kernel_and_its_workers(monkeypatch, capsys):
-    from mnist_helpers import hosted
+    from mnist_helpers.course import hosted
 
     monkeypatch.delenv("MNIST_PROFILE", raising=False)
     monkeypatch.setattr("mnist_helpers.resources.usable_cores", lambda: 2)
@@ -100,7 +100,8 @@ def test_every_notebook_starts_with_the_same_short_setup_cell():
 def test_places_outside_a_writable_checkout(monkeypatch, tmp_path):
     """A read-only series, then Kaggle: results in the working directory (or /kaggle/working), data read in place
     from the series when it ships MNIST, else beside the results; the learner's own settings win."""
-    from mnist_helpers import hosted, paths
+    from mnist_helpers.course import hosted
+    from mnist_helpers import paths
 
     monkeypatch.delenv("MNIST_DATA_ROOT", raising=False)
     monkeypatch.delenv("MNIST_RESULTS_DIR", raising=False)
@@ -134,7 +135,8 @@ def test_places_outside_a_writable_checkout(monkeypatch, tmp_path):
 
 
 def test_prepare_names_the_places_in_one_line_and_sets_them_for_the_workers(monkeypatch, tmp_path, capsys):
-    from mnist_helpers import hosted, paths
+    from mnist_helpers.course import hosted
+    from mnist_helpers import paths
 
     for name in ("MNIST_DATA_ROOT", "MNIST_RESULTS_DIR", "MNIST_SERIES"):
         monkeypatch.delenv(name, raising=False)
@@ -147,7 +149,7 @@ def test_prepare_names_the_places_in_one_line_and_sets_them_for_the_workers(monk
 
 
 def test_a_kernel_without_the_runtime_packages_is_told_what_to_install(monkeypatch):
-    from mnist_helpers import hosted
+    from mnist_helpers.course import hosted
 
     real = __import__("importlib.util").util.find_spec
     monkeypatch.setattr("importlib.util.find_spec", lambda name, *a: None if name == "ipywidgets" else real(name, *a))

@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCES = sorted(p for folder in ("mnist_helpers", "scripts", "tests") for p in (REPO / folder).rglob("*.py"))
-LESSONS = sorted((REPO / "mnist_helpers" / "lessons").glob("l[0-9][0-9]_*.py"))
+LESSONS = sorted(p for p in (REPO / "mnist_helpers" / "lessons").glob("n[0-9][0-9]/*.py") if p.name != "__init__.py")
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MAX_LINES = 80
 MAX_CLAIMS_PARAMETERS = 4
@@ -31,17 +31,22 @@ IN_CHANGE = "being changed by issue {} this stop"
 LONG_FUNCTIONS: dict[str, str] = {}
 # lesson file name: why it still re-exports core names (its notebook and tests read them through it)
 REEXPORTING_LESSONS = {
-    "l08_troubleshooting.py": IN_CHANGE.format(48),
+    "n08/lesson.py": IN_CHANGE.format(48),
 }
 # "path: module.name": why it imports a private name
 PRIVATE_IMPORTS = {
-    "mnist_helpers/lessons/l08_troubleshooting.py: mnist_helpers.tools.worker_diffs._body_start": IN_CHANGE.format(48),
+    "mnist_helpers/lessons/n08/lesson.py: mnist_helpers.course.worker_diffs._body_start": IN_CHANGE.format(48),
 }
 # lesson file name: why its claims function still takes a keyword argument per measurement
 CLAIMS_WITH_MANY_PARAMETERS = {
-    "l08_troubleshooting.py": IN_CHANGE.format(48),
-    "l12_ddp_in_depth.py": IN_CHANGE.format(48),  # the appendix cut from 06, new this stop
+    "n08/lesson.py": IN_CHANGE.format(48),
+    "n12/lesson.py": IN_CHANGE.format(48),  # the appendix cut from 06, new this stop
 }
+
+
+def lesson_key(path: Path) -> str:
+    """``nNN/module`` of a file in a lesson package, as the allow-lists name it."""
+    return f"{path.parent.name}/{path.stem}"
 
 
 def rel(path: Path) -> str:
@@ -122,29 +127,32 @@ def lesson_names() -> dict[str, tuple[set[str], dict[str, str]]]:
                 node, (ast.AnnAssign, ast.AugAssign)) else []
             defined |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
         imported = {k: v for k, (v, _) in module_imports(module).items() if k not in defined}
-        out[path.stem] = (defined, imported)
+        out[lesson_key(path)] = (defined, imported)
     return out
 
 
 def reached_through_lessons(module: ast.Module, where: str, lessons) -> list[str]:
-    """Core names ``module`` takes from a lesson: ``from mnist_helpers.lessons.lNN import x`` or ``lesson.x`` where the
+    """Names ``module`` takes from a lesson package's module that it only imported: ``from
+    mnist_helpers.lessons.nNN.lesson import x`` or ``lesson.x`` where the
     lesson only imported ``x`` from the package. Patching a lesson's name (``monkeypatch.setattr(l09, "torchrun",
     ...)``) is not reaching through it: the lesson uses that name."""
     aliases, found = {}, []
     for node in ast.walk(module):
         if isinstance(node, ast.ImportFrom) and node.module:
-            m = re.fullmatch(r"mnist_helpers\.lessons\.(l\d\d_\w+)", node.module)
-            if m and m.group(1) in lessons:
-                imported = lessons[m.group(1)][1]
+            m = re.fullmatch(r"mnist_helpers\.lessons\.(n\d\d)\.(\w+)", node.module)
+            if m and f"{m.group(1)}/{m.group(2)}" in lessons:
+                imported = lessons[f"{m.group(1)}/{m.group(2)}"][1]
                 found += [f"{where}:{node.lineno}: from {node.module} import {a.name} (defined in {imported[a.name]})"
                           for a in node.names if imported.get(a.name, "").startswith("mnist_helpers.")]
-            if node.module == "mnist_helpers.lessons":
-                aliases.update({a.asname or a.name: a.name for a in node.names if a.name in lessons})
+            m = re.fullmatch(r"mnist_helpers\.lessons\.(n\d\d)", node.module)
+            if m:
+                aliases.update({a.asname or a.name: f"{m.group(1)}/{a.name}" for a in node.names
+                                if f"{m.group(1)}/{a.name}" in lessons})
         elif isinstance(node, ast.Import):
             for a in node.names:
-                m = re.fullmatch(r"mnist_helpers\.lessons\.(l\d\d_\w+)", a.name)
-                if m and a.asname and m.group(1) in lessons:
-                    aliases[a.asname] = m.group(1)
+                m = re.fullmatch(r"mnist_helpers\.lessons\.(n\d\d)\.(\w+)", a.name)
+                if m and a.asname and f"{m.group(1)}/{m.group(2)}" in lessons:
+                    aliases[a.asname] = f"{m.group(1)}/{m.group(2)}"
     for node in ast.walk(module):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
             origin = lessons[aliases[node.value.id]][1].get(node.attr, "")
@@ -172,7 +180,7 @@ def claims_parameters() -> dict[str, int]:
         for node in tree(path).body:
             if isinstance(node, ast.FunctionDef) and re.fullmatch(r"claims_\d\d", node.name):
                 a = node.args
-                out[path.name] = len(a.posonlyargs + a.args + a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                out[f"{lesson_key(path)}.py"] = len(a.posonlyargs + a.args + a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
     return out
 
 
@@ -184,12 +192,12 @@ def test_no_function_is_over_80_lines():
                       + ", ".join(f"{k} ({n})" for k, n in sorted(over.items())))
 
 
-@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: f"{lesson_key(p)}.py")
 def test_no_lesson_reexports(path):
-    if path.name in REEXPORTING_LESSONS:
-        pytest.skip(f"{path.name}: {REEXPORTING_LESSONS[path.name]}")
+    if f"{lesson_key(path)}.py" in REEXPORTING_LESSONS:
+        pytest.skip(f"{lesson_key(path)}.py: {REEXPORTING_LESSONS[lesson_key(path) + '.py']}")
     found = reexports(path)
-    assert not found, (f"{path.name} re-exports (import each name from the module that defines it, where it is "
+    assert not found, (f"{lesson_key(path)}.py re-exports (import each name from the module that defines it, where it is "
                        "used): " + "; ".join(found))
 
 
@@ -235,10 +243,10 @@ def test_the_rules_see_what_they_are_about(tmp_path):
     assert list(private_imports([bad])) == ["bad.py: mnist_helpers.launch._stop_tree"]
     assert [r.split(": ", 1)[1] for r in reexports(bad)] == [
         "noqa: F401", "_stop_tree (mnist_helpers.launch._stop_tree) imported, never used", "os (os) imported, never used"]
-    lessons = {"l99_x": ({"mine"}, {"core_fn": "mnist_helpers.core.core_fn", "np": "numpy"})}
-    user = ast.parse("from mnist_helpers.lessons.l99_x import core_fn, mine\n"
-                     "from mnist_helpers.lessons import l99_x as lx\n"
+    lessons = {"n99/lesson": ({"mine"}, {"core_fn": "mnist_helpers.core.core_fn", "np": "numpy"})}
+    user = ast.parse("from mnist_helpers.lessons.n99.lesson import core_fn, mine\n"
+                     "from mnist_helpers.lessons.n99 import lesson as lx\n"
                      "lx.core_fn(); lx.np.zeros(1); lx.mine()\nmonkeypatch.setattr(lx, 'core_fn', None)\n")
     assert [h.split(": ", 1)[1] for h in reached_through_lessons(user, "u.py", lessons)] == [
-        "from mnist_helpers.lessons.l99_x import core_fn (defined in mnist_helpers.core.core_fn)",
+        "from mnist_helpers.lessons.n99.lesson import core_fn (defined in mnist_helpers.core.core_fn)",
         "lx.core_fn (defined in mnist_helpers.core.core_fn)"]

@@ -150,7 +150,7 @@ def test_keyboard_interrupt_stops_every_process(tmp_path, target):
 def test_sigkill_leaves_no_orphan(tmp_path, target):
     """SIGKILL, which no handler sees: of the kernel's whole process group (Jupyter's restart, a notebook
     timeout), of the kernel alone, or of torchrun (whose workers run in sessions of their own). The reaper
-    between the launcher and torchrun (mnist_helpers/tools/reaper.py) stops every worker all the same, and the
+    between the launcher and torchrun (mnist_helpers/reaper.py) stops every worker all the same, and the
     launcher's temporary folder (torchrun's logs) does not stay behind either."""
     tmp_root = tmp_path / "tmp"
     tmp_root.mkdir()

@@ -28,8 +28,8 @@ def _sources():
                 src = "".join(cell["source"])
                 src = "\n".join("pass" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
                 yield f"{nb.name} cell {i}", src
-    for py in sorted((REPO / "mnist_helpers" / "lessons").glob("*.py")):
-        yield py.name, py.read_text()
+    for py in sorted((REPO / "mnist_helpers" / "lessons").glob("n*/*.py")):
+        yield py.relative_to(REPO).as_posix(), py.read_text()
 
 
 def launches() -> list[tuple[str, object, object]]:

@@ -1,6 +1,6 @@
-"""The package's shape, enforced: a core every lesson builds on, lessons that never import each other, workers
-built on the core alone, no import cycle, no function imported by a string naming it, and an index in
-``mnist_helpers/__init__.py`` that names every module."""
+"""The package's shape, enforced: four layers (foundation, course, lessons, workers) with nothing importing upward,
+a foundation that stays small, no import cycle, no function imported by a string naming it, and a map in
+docs/MAINTAINING.md that names every module."""
 from __future__ import annotations
 
 import ast
@@ -10,7 +10,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PKG = REPO / "mnist_helpers"
-KINDS = ("lessons", "workers", "tools")
 
 
 def modules() -> dict[str, Path]:
@@ -42,47 +41,70 @@ def imports(path: Path, name: str) -> set[str]:
     return {m for m in found if m in mods and m != name}
 
 
-def kind(name: str) -> str:
+# the layers, bottom first: a module imports its own layer or a lower one, never a higher one
+LAYERS = ("foundation", "course", "lessons", "workers")
+FOUNDATION_MAX_LINES = 3500
+
+
+def layer(name: str) -> str:
+    """``foundation`` (the flat ``mnist_helpers.<module>``), ``course``, ``lessons`` or ``workers``."""
     parts = name.split(".")
-    return parts[1] if len(parts) > 2 and parts[1] in KINDS else "core"
+    return parts[1] if len(parts) >= 2 and parts[1] in LAYERS else "foundation"
+
+
+def notebook_of(name: str) -> int | None:
+    """12 for ``mnist_helpers.lessons.n12.lesson`` and the package ``mnist_helpers.lessons.n12``; else None."""
+    m = re.match(r"mnist_helpers\.lessons\.n(\d\d)\b", name)
+    return int(m.group(1)) if m else None
 
 
 def graph() -> dict[str, set[str]]:
     return {name: imports(path, name) for name, path in modules().items()}
 
 
-def test_lessons_never_import_each_other():
-    bad = [(a, b) for a, deps in graph().items() if kind(a) == "lessons"
-           for b in deps if kind(b) == "lessons" and b != "mnist_helpers.lessons"]
-    assert not bad, f"a lesson module imports another lesson: {bad}"
+def upward(a: str, b: str) -> str | None:
+    """Why ``a`` importing ``b`` goes upward, or None when it may."""
+    if LAYERS.index(layer(b)) > LAYERS.index(layer(a)):
+        return f"{layer(a)} imports {layer(b)}"
+    if layer(a) == layer(b) == "lessons" and (notebook_of(b) or 0) > (notebook_of(a) or 0):
+        return "a lesson imports a later notebook's lesson"
+    if layer(a) == "workers" and b.endswith(".lesson"):
+        return "a worker imports a notebook's lesson module (only its measurement code may be shared)"
+    return None
 
 
-def test_core_imports_only_the_core():
-    bad = [(a, b) for a, deps in graph().items() if kind(a) == "core" for b in deps if kind(b) != "core"]
-    assert not bad, f"a core module imports a lesson, worker or tool: {bad}"
+def test_nothing_imports_upward():
+    """foundation < course < lessons < workers. The foundation is what notebooks, workers and scripts share; the
+    course (the series machinery: claims framework, exercises, registry, generators, hosted bootstrap) builds on it;
+    each notebook's lesson package ``lessons/nNN`` builds on both and may import an earlier notebook's package by name
+    (08 runs 05's batch-size finder); a worker may import a lesson package's measurement code, never a ``lesson``
+    module. Lazy imports count: ``imports`` walks the whole file."""
+    bad = [f"{a} -> {b}: {why}" for a, deps in graph().items() for b in sorted(deps) if (why := upward(a, b))]
+    assert not bad, "imports that go upward:\n" + "\n".join(bad)
 
 
-def test_workers_import_only_the_core():
-    """A worker runs under torchrun on a machine that may have only the package: it imports the core and other
-    workers (``workers/<group>/common.py``), never a lesson (code it shares with a notebook moves to the core) nor
-    a tool. Lazy imports count: ``imports`` walks the whole file."""
-    bad = [(a, b) for a, deps in graph().items() if kind(a) == "workers"
-           for b in deps if kind(b) not in ("core", "workers")]
-    assert not bad, f"a worker imports a lesson or a tool (move what it needs into the core): {bad}"
-
-
-def test_scripts_import_only_the_core():
-    """A script (a benchmark at full size, a generator, device_check) is a program built on the package's core: what it
-    shares with a lesson (the lesson's measurement harness) lives in a core module both import (``speedrun``,
-    ``scaling``, ``precision``, ``batch_scaling``, ``feeding``), so a lesson stays the notebook's own code."""
+def test_scripts_import_no_lesson_module_and_no_worker():
+    """A script (a benchmark at full size, a generator, device_check) builds on the foundation, the course and the
+    measurement code of a lesson package (``lessons.n07.scaling``), never on a notebook's ``lesson`` module (the
+    notebook's own code, widgets included) nor a worker (it launches workers by name)."""
     bad = []
     for path in sorted((REPO / "scripts").rglob("*.py")):
         found = imports(path, "scripts." + path.stem)
-        bad += [f"{path.relative_to(REPO).as_posix()} imports {m}" for m in sorted(found) if kind(m) != "core"]
-    assert not bad, f"a script imports a lesson, worker or tool (move what it needs into the core): {bad}"
+        bad += [f"{path.relative_to(REPO).as_posix()} imports {m}" for m in sorted(found)
+                if m.endswith(".lesson") or layer(m) == "workers"]
+    assert not bad, f"a script imports a lesson module or a worker: {bad}"
 
 
-# "mnist_helpers.lessons.l07_scaling:ddp_memory": a function named by a string, imported by whoever reads it
+def test_the_foundation_stays_small():
+    """The foundation is the part every reader needs; notebook-specific code lives in its lesson package."""
+    lines = {name: len(path.read_text().splitlines()) for name, path in modules().items()
+             if layer(name) == "foundation"}
+    assert sum(lines.values()) <= FOUNDATION_MAX_LINES, (
+        f"the foundation has {sum(lines.values())} lines (at most {FOUNDATION_MAX_LINES}): move notebook-specific "
+        f"code into its lesson package; by module: {sorted(lines.items(), key=lambda kv: -kv[1])}")
+
+
+# "mnist_helpers.lessons.n07.lesson:ddp_memory": a function named by a string, imported by whoever reads it
 BY_STRING = re.compile(r"mnist_helpers\.[a-z0-9_.]+:[a-z_]")
 # (file, function) where a test checks the string form on purpose (what run_isolated's child process is given)
 STRING_FORM_CHECKED = {("tests/test_memory.py", "test_run_isolated_takes_a_module_level_function_never_a_name")}
@@ -150,20 +172,23 @@ def test_no_import_cycle():
             visit(n)
 
 
-def named(name: str, text: str) -> bool:
-    """``name`` stands in ``text`` as itself: ``batch_scaling`` is not named by ``lessons/l04_batch_scaling``."""
-    return re.search(rf"(?<![\w/]){re.escape(name)}\b", text) is not None
-
-
-def test_the_index_names_every_module():
-    index = (PKG / "__init__.py").read_text()
+def test_the_map_names_every_module():
+    """docs/MAINTAINING.md's "The package" names every module, each in the row of its folder."""
+    text = (REPO / "docs" / "MAINTAINING.md").read_text()
+    section = text.split("## The package", 1)[1].split("\n## ", 1)[0]
     missing = []
     for name, path in modules().items():
-        if path.name == "__init__.py" or path.name == "__main__.py":
+        if path.name in ("__init__.py", "__main__.py"):
             continue
-        rel = name.split(".", 1)[1]  # data, lessons.l03_dataloader, workers.bugs.oom
-        short = rel.split(".")[-1]
-        folder = "/".join(rel.split(".")[:-1])
-        if not (named(rel.replace(".", "/"), index) or (named(short, index) and (not folder or folder in index))):
+        rel = name.split(".", 1)[1]  # data, course.claims, lessons.n03.feeding, workers.bugs.oom
+        short, folder = rel.split(".")[-1], "/".join(rel.split(".")[:-1])
+        rows = [ln for ln in section.splitlines() if ln.startswith("|")]
+        if not folder:
+            ok = any(ln.startswith(f"| `{short}` |") for ln in rows)
+        elif folder == "course":
+            ok = any(ln.startswith(f"| `course/{short}` |") for ln in rows)
+        else:
+            ok = any(f"`{folder}`" in ln and f"`{short}`" in ln for ln in rows)
+        if not ok:
             missing.append(name)
-    assert not missing, f"mnist_helpers/__init__.py does not name: {missing}"
+    assert not missing, f"docs/MAINTAINING.md's map (The package) does not name: {missing}"

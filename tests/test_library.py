@@ -3,8 +3,8 @@ import csv
 
 import pytest
 
-from mnist_helpers import experiments
-from mnist_helpers.lessons import l09_profiling as library
+from mnist_helpers.course import experiments
+from mnist_helpers.lessons.n09 import lesson as library
 
 MACHINE_A = {"cpu_model": "CPU-A", "logical_cores": 2, "gpus": [], "hostname": "a"}
 MACHINE_B = {"cpu_model": "CPU-B", "logical_cores": 8, "gpus": [], "hostname": "b"}

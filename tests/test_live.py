@@ -1,7 +1,7 @@
 """The live training-curve figure (notebook 02) outside a notebook: callbacks, figure, bad input."""
 import pytest
 
-from mnist_helpers.live import LiveCurves
+from mnist_helpers.course.live import LiveCurves
 
 
 def row(epoch, acc):

@@ -5,9 +5,9 @@ import multiprocessing
 import pytest
 import torch
 
-from mnist_helpers import feeding
+from mnist_helpers.lessons.n03 import feeding
 from mnist_helpers.data import make_loader
-from mnist_helpers.lessons import l03_dataloader as lb
+from mnist_helpers.lessons.n03 import lesson as lb
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # steadier timings (tests/conftest.py)
@@ -153,7 +153,7 @@ def test_too_many_verdict_needs_a_gap_outside_the_spread():
 
 @pytest.mark.process
 def test_widget_degrades_to_static_output(tv, capsys):
-    from mnist_helpers.lessons.l03_dataloader import loader_widget
+    from mnist_helpers.lessons.n03.lesson import loader_widget
     rows = loader_widget(tv, num_workers=1, batch_size=64, max_batches=2, interactive=False)
     out = capsys.readouterr().out
     assert len(rows) == 1 and "img/s" in out

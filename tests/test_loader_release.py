@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mnist_helpers.data import release_workers
-from mnist_helpers.profiling import time_to_accuracy
+from mnist_helpers.lessons.n09.profiling import time_to_accuracy
 from mnist_helpers.train import TrainConfig, make_train_batches
 
 

@@ -3,9 +3,9 @@ import pytest
 import torch
 
 from mnist_helpers.io import MiB
-from mnist_helpers.lessons.l05_precision_memory import leak_demo
+from mnist_helpers.lessons.n05.lesson import graph_nodes, leak_demo
 from mnist_helpers.errors import ConfigError
-from mnist_helpers.memory import (CATEGORIES, graph_nodes, isolated_target, memory_summary, peak_memory, run_isolated,
+from mnist_helpers.memory import (CATEGORIES, isolated_target, memory_summary, peak_memory, run_isolated,
                                   state_bytes)
 from mnist_helpers.models import Net
 from mnist_helpers.train import train_step
@@ -88,12 +88,12 @@ def test_run_isolated_measures_growth_in_a_fresh_process():
 
 def test_run_isolated_takes_a_module_level_function_never_a_name():
     """The fresh process imports the function by its module and name; what it cannot import is refused up front."""
-    assert isolated_target(leak_demo) == "mnist_helpers.lessons.l05_precision_memory:leak_demo"  # the string form
+    assert isolated_target(leak_demo) == "mnist_helpers.lessons.n05.lesson:leak_demo"  # the string form
 
     def nested():
         return 1
 
-    for fn in (lambda: 1, nested, "mnist_helpers.lessons.l05_precision_memory:leak_demo", 3):
+    for fn in (lambda: 1, nested, "mnist_helpers.lessons.n05.lesson:leak_demo", 3):
         with pytest.raises(ConfigError, match="run_isolated") as err:
             run_isolated(fn)
         assert "fix:" in str(err.value)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import claims
+from mnist_helpers.course import claims
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = {"01": "01_resource_inspection", "02": "02_single_device_baseline", "03": "03_dataloader_tuning"}
@@ -42,11 +42,11 @@ def test_the_lesson_is_written_in_the_cells(nb, needles):
 
 
 # the lesson modules whose claims_NN(...) the notebooks hand to claims.record (issue 39)
-MODULES = {"01": "l01_resources", "02": "l02_baseline", "03": "l03_dataloader"}
+MODULES = {"01": "n01", "02": "n02", "03": "n03"}
 
 
 def module_source(nb: str) -> str:
-    return (REPO / "mnist_helpers" / "lessons" / f"{MODULES[nb]}.py").read_text()
+    return (REPO / "mnist_helpers" / "lessons" / MODULES[nb] / "lesson.py").read_text()
 
 
 @pytest.mark.parametrize("nb", sorted(NOTEBOOKS))
@@ -76,7 +76,7 @@ def test_busy_timings_give_no_verdict_in_the_notebooks():
 
 
 def test_framework_sweep_records_the_load_of_every_measurement(monkeypatch):
-    from mnist_helpers.lessons import l01_resources as l01
+    from mnist_helpers.lessons.n01 import lesson as l01
 
     calls = []
 

@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers import distributed, doctor, hosted, launch, memory, resources, train
-from mnist_helpers.tools import env_check
+from mnist_helpers import distributed, launch, memory, resources, train
+from mnist_helpers.course import doctor, hosted
+from mnist_helpers.course import env_check
 
 PACKAGE = Path(resources.__file__).resolve().parent
 GPUS = torch.cuda.device_count()  # this machine's count, asked once before any test replaces anything
@@ -129,12 +130,12 @@ def test_the_count_needs_no_driver_where_nvml_answers(monkeypatch):
 # The modules that may ask torch.cuda.is_available(): each uses the GPU right after asking (or reads it, lesson 01),
 # so the driver starts anyway. Everywhere else a count decides what to run: resources.gpu_count().
 GPU_USERS = {
-    "precision.py": "CUDA-only measurements (allocator, empty_cache cost) that allocate on the GPU next",
+    "lessons/n05/precision.py": "CUDA-only measurements (allocator, empty_cache cost) that allocate on the GPU next",
     "memory.py": "a run that asked for a cuda device",
-    "profiling.py": "a profiled run that is on cuda",
-    "speedrun.py": "names the GPU of a run on cuda",
+    "lessons/n09/profiling.py": "a profiled run that is on cuda",
+    "lessons/n10/speedrun.py": "names the GPU of a run on cuda",
     "workers/progression/ft_train.py": "saves and restores the CUDA RNG inside a torchrun worker",
-    "lessons/l01_resources.py": "notebook 01 reads its GPUs through torch, as the article does; it forks nothing",
+    "lessons/n01/lesson.py": "notebook 01 reads its GPUs through torch, as the article does; it forks nothing",
 }
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.tools.nbstrip import carries_outputs, ensure_ids, missing_ids
+from mnist_helpers.course.nbstrip import carries_outputs, ensure_ids, missing_ids
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
@@ -35,7 +35,7 @@ def test_notebook_is_stripped_and_well_formed(path):
 
 
 # a padded field in an f-string or .format ({name:<12}, {x:>8.1f}, {v:6.2f}) or str.ljust/rjust: a column lined up
-# by hand. Tables are DataFrames (mnist_helpers.display.show); prose may format numbers ({x:.1f}, {n:,}).
+# by hand. Tables are DataFrames (mnist_helpers.course.display.show); prose may format numbers ({x:.1f}, {n:,}).
 SLICE = re.compile(r"\[[^\[\]\n]*\]")  # x[:8] inside a field is a slice, not a width
 PADDED = re.compile(r"\{[^{}\n]*:(?:[^{}\n]?[<>^=])?[+-]?#?0?[1-9]\d*[^{}\n]*\}|\.[lr]just\(")
 

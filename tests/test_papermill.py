@@ -96,7 +96,7 @@ def test_papermill_reads_every_parameter(path):
 def _plan_note(profile: str) -> str:
     """The world-size note notebook 07 prints for ``profile`` on this machine (its own function, same inputs)."""
     from mnist_helpers.distributed import cuda_gpus
-    from mnist_helpers.lessons import l07_scaling
+    from mnist_helpers.lessons.n07 import lesson as l07_scaling
     from mnist_helpers.resources import usable_cores
 
     return l07_scaling.plan(cuda_gpus(), usable_cores(), profile == "quick")["note"]

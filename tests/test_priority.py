@@ -2,10 +2,10 @@
 import pytest
 import torch
 
-from mnist_helpers.claims import VERDICTS
-from mnist_helpers.lessons.l09_profiling import (ARTICLE_BASELINE, LEVERS, lever_plan, paired_gains, plot_gains,
+from mnist_helpers.course.claims import VERDICTS
+from mnist_helpers.lessons.n09.lesson import (ARTICLE_BASELINE, LEVERS, lever_plan, paired_gains, plot_gains,
                                                  priority_verdict, runs_summary)
-from mnist_helpers.profiling import time_to_accuracy
+from mnist_helpers.lessons.n09.profiling import time_to_accuracy
 from mnist_helpers.train import TrainConfig
 
 

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from mnist_helpers.lessons.l09_profiling import bottleneck
-from mnist_helpers.profiling import LABELS, profile_training, time_breakdown
+from mnist_helpers.lessons.n09.lesson import bottleneck
+from mnist_helpers.lessons.n09.profiling import LABELS, profile_training, time_breakdown
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,8 @@
 """recommend_config on fake machines (notebook 01): each setting has a value and a reason."""
 import pytest
 
-from mnist_helpers.display import table
-from mnist_helpers.lessons.l01_resources import EXAMPLE_MACHINES, as_kwargs, recommend_config
+from mnist_helpers.course.display import table
+from mnist_helpers.lessons.n01.lesson import EXAMPLE_MACHINES, as_kwargs, recommend_config
 
 SETTINGS = {"device", "processes_per_node", "batch_size", "num_workers", "threads_per_process", "pin_memory", "amp"}
 LAPTOP = EXAMPLE_MACHINES["2-core CPU laptop"]
@@ -77,8 +77,8 @@ def test_malformed_machines_are_rejected_clearly(machine, match):
 
 
 def test_measured_threads_reads_the_latest_sweep_for_this_host(tmp_path):
-    from mnist_helpers import experiments
-    from mnist_helpers.lessons.l01_resources import measured_threads
+    from mnist_helpers.course import experiments
+    from mnist_helpers.lessons.n01.lesson import measured_threads
 
     log = tmp_path / "log.jsonl"
     assert measured_threads("h", path=log)[0] is None

@@ -6,7 +6,7 @@ import types
 import pytest
 
 from mnist_helpers import resources as r
-from mnist_helpers.lessons import l01_resources as l01
+from mnist_helpers.lessons.n01 import lesson as l01
 
 
 def test_machine_info_and_describe_keep_their_shape():

@@ -14,10 +14,10 @@ the trials and never the machine's load, is tested on given rows below.
 """
 import pytest
 
-from mnist_helpers import claims
-from mnist_helpers.display import show
-from mnist_helpers import scaling
-from mnist_helpers.scaling import RESTART_CONFIGS, RESTARTS_TABLE, restart_rates
+from mnist_helpers.course import claims
+from mnist_helpers.course.display import show
+from mnist_helpers.lessons.n07 import scaling
+from mnist_helpers.lessons.n07.scaling import RESTART_CONFIGS, RESTARTS_TABLE, restart_rates
 from mnist_helpers.workers.bugs import restart_kill
 
 TRIALS = 1  # per configuration: the mechanism, not a rate (the rate is scripts/bench_restarts.py's, 10 trials)
@@ -90,7 +90,7 @@ def test_restart_command_shapes():
 
 @pytest.mark.process
 def test_the_trials_are_a_script_and_the_worker_only_a_worker(tmp_path):
-    """The rates over many trials are ``scripts/bench_restarts.py`` (it imports ``mnist_helpers.scaling``); the
+    """The rates over many trials are ``scripts/bench_restarts.py`` (it imports ``mnist_helpers.lessons.n07.scaling``); the
     worker being killed imports nothing of the series and takes no ``--trials``. Both refuse a bad command line
     before running anything."""
     import subprocess

@@ -1,6 +1,6 @@
-"""``#@save``: the code a notebook marks is generated into ``mnist_helpers/saved.py`` (scripts/build_saved.py,
-`make saved`), never written twice: the module is current, the lesson takes its names from it, and the builder
-refuses code that could not stand in a module."""
+"""``#@save``: the code a notebook marks is generated into its lesson package, ``mnist_helpers/lessons/nNN/saved.py``
+(scripts/build_saved.py, `make saved`), never written twice: the modules are current, the lesson takes its names from
+them, and the builder refuses code that could not stand in a module."""
 from __future__ import annotations
 
 import importlib.util
@@ -24,19 +24,19 @@ def notebook(tmp_path: Path, *cells: str) -> Path:
 
 
 def test_the_generated_module_is_current():
-    assert build_saved.main(["--check"]) == 0, "mnist_helpers/saved.py is stale: run `make saved`"
+    assert build_saved.main(["--check"]) == 0, "a mnist_helpers/lessons/nNN/saved.py is stale: run `make saved`"
 
 
 def test_the_lesson_runs_the_notebooks_code():
-    """The lesson and its harness in the core (mnist_helpers/batch_scaling.py, which scripts/bench_batch_scaling.py
-    runs) both take the notebook's code from saved.py."""
-    from mnist_helpers import batch_scaling, saved
+    """The lesson and its measurement code (mnist_helpers/lessons/n04/batch_scaling.py, which
+    scripts/bench_batch_scaling.py runs) both take the notebook's code from its saved.py."""
+    from mnist_helpers.lessons.n04 import batch_scaling, saved
 
     for name in ("scaled_lr", "warmup_factor", "train_run", "BASE_LR", "BASE_BATCH"):
         assert getattr(batch_scaling, name) is getattr(saved, name), name
     # the lesson imports what it uses from there, and only that (tests/test_house_rules.py)
-    assert "from mnist_helpers.saved import BASE_BATCH\n" in (ROOT / "mnist_helpers/lessons/l04_batch_scaling.py").read_text()
-    for path in ("lessons/l04_batch_scaling.py", "batch_scaling.py"):
+    assert "from mnist_helpers.lessons.n04.saved import BASE_BATCH\n" in (ROOT / "mnist_helpers/lessons/n04/lesson.py").read_text()
+    for path in ("lessons/n04/lesson.py", "lessons/n04/batch_scaling.py"):
         assert "def scaled_lr" not in (ROOT / "mnist_helpers" / path).read_text(), path
 
 
@@ -44,7 +44,8 @@ def test_marked_code_and_the_imports_it_uses_make_a_module(tmp_path):
     nb = notebook(tmp_path, "import math\nimport os\n!echo shell lines are skipped",
                   "RADIUS = 3.0  #@save\nprint('not saved')",
                   "def area(r=RADIUS):  #@save\n    return math.pi * r * r\n\n\ndef helper():\n    return os.sep")
-    text = build_saved.build([nb])
+    (path, text), = build_saved.build([nb]).items()
+    assert path.parts[-2:] == ("n99", "saved.py")
     assert "import math" in text and "import os" not in text and "not saved" not in text and "helper" not in text
     ns: dict = {}
     exec(compile(text, "saved", "exec"), ns)
@@ -65,7 +66,7 @@ def test_only_definitions_can_be_marked(tmp_path):
 
 def test_every_registered_notebook_parses():
     """A cell the builder cannot read would hide its #@save marks: every code cell parses (IPython lines aside)."""
-    from mnist_helpers.series import NOTEBOOKS
+    from mnist_helpers.course.series import NOTEBOOKS
 
     bad = [(n.name, i) for n in NOTEBOOKS for i, src in enumerate(build_saved.code_cells(n.path))
            if build_saved.parse_cell(src) is None]

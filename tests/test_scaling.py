@@ -1,8 +1,8 @@
 """Scaling sweeps, the AllReduce micro-benchmark and DDP communication settings (notebook 07)."""
 import pytest
 
-from mnist_helpers import scaling  # the core harness: the sweeps call its measure_step
-from mnist_helpers.lessons import l07_scaling as l07
+from mnist_helpers.lessons.n07 import scaling  # the core harness: the sweeps call its measure_step
+from mnist_helpers.lessons.n07 import lesson as l07
 from mnist_helpers.workers.bench.allreduce import parse_variants
 
 pytestmark = pytest.mark.timeout(180)

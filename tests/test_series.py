@@ -1,4 +1,4 @@
-"""The series registry (``mnist_helpers/series.py``) is the one list of notebooks: every notebook file, lesson
+"""The series registry (``mnist_helpers/course/series.py``) is the one list of notebooks: every notebook file, lesson
 module, exercise, catalogued claim and kept result belongs to a registered notebook, and the README's and the
 instructor guide's tables are generated from it (``make tables``)."""
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers import claims, series
-from mnist_helpers import exercises
+from mnist_helpers.course import claims, series
+from mnist_helpers.course import exercises
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,10 +24,10 @@ def test_every_notebook_file_is_registered_in_order():
 
 
 def test_every_lesson_module_belongs_to_one_notebook():
-    lessons = sorted(p.stem for p in (ROOT / "mnist_helpers" / "lessons").glob("l[0-9][0-9]_*.py"))
+    lessons = sorted(p.parent.name for p in (ROOT / "mnist_helpers" / "lessons").glob("n[0-9][0-9]/lesson.py"))
     assert sorted(nb.lesson for nb in series.NOTEBOOKS) == lessons
     for nb in series.NOTEBOOKS:
-        assert nb.lesson.startswith(f"l{nb.nn}_") and importlib.util.find_spec(nb.module), nb.name
+        assert nb.lesson == f"n{nb.nn}" and importlib.util.find_spec(nb.module), nb.name
 
 
 def test_exercises_claims_and_kept_results_name_registered_notebooks():

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers import claims, speedrun
+from mnist_helpers.course import claims
+from mnist_helpers.lessons.n10 import saved, speedrun
 from mnist_helpers.models import build_model, flops_per_image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -324,9 +325,9 @@ def test_random_translate_shifts_each_image_and_fills_background():
 
     X = torch.randn(64, 1, 28, 28)
     g = torch.Generator().manual_seed(0)
-    out = speedrun.random_translate(X, 2, g)
+    out = saved.shift(X, 2, g)
     assert out.shape == X.shape and out.dtype == X.dtype
-    assert (speedrun.random_translate(X, 2, torch.Generator().manual_seed(0)) == out).all()  # seeded
+    assert (saved.shift(X, 2, torch.Generator().manual_seed(0)) == out).all()  # seeded
     bg = -MEAN / STD
     for i in range(64):  # each image is X[i] moved by some (dy, dx) in -2..2, the border background
         found = False
@@ -391,7 +392,7 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
             raise RuntimeError("index -1 is out of bounds for dimension 1 with size 784")
         return forward
 
-    from mnist_helpers import speedrun as harness  # time_to_accuracy's module: the names it reads are patched there
+    from mnist_helpers.lessons.n10 import speedrun as harness  # time_to_accuracy's module: the names it reads are patched there
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     monkeypatch.setattr(harness.shutil, "which", lambda name: f"/usr/bin/{name}")  # no compiler needed: nothing runs
@@ -405,8 +406,8 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
 
 
 def test_net_label_names_the_net_a_claim_timed():
-    assert speedrun.net_label(speedrun.get_recipe("poolfirst")) == f"SpeedNet({speedrun.HYP['width']})"
-    assert speedrun.net_label(speedrun.get_recipe("stride2")) == f"SpeedNet({speedrun.HYP['width']}, strided first layer)"
+    assert speedrun.net_label(speedrun.get_recipe("poolfirst")) == f"SpeedNet({saved.hyp['width']})"
+    assert speedrun.net_label(speedrun.get_recipe("stride2")) == f"SpeedNet({saved.hyp['width']}, strided first layer)"
     assert speedrun.net_label("speednet_v1", 16) == "SpeedNetV1(16, conv-BN-ReLU-pool)"
     assert speedrun.net_label(speedrun.ARTICLE) == "Net"
     assert speedrun.net_label("mystery", 3) == "mystery(3)"  # an unlisted model keeps its registry name

@@ -1,7 +1,7 @@
 """The framework-settings sweep (notebook 01) on a tiny workload; no timing assertions."""
 import pytest
 
-from mnist_helpers.lessons import l01_resources as tp
+from mnist_helpers.lessons.n01 import lesson as tp
 
 
 def test_step_throughput_in_process_returns_one_value_per_block():
@@ -31,7 +31,7 @@ def test_the_module_runs_itself_with_dashed_flags():
     settings = {"model": "fastnet", "batch_size": 8, "threads": 1, "channels_last": False, "tf32": True,
                 "steps": 1, "warmup": 0, "repeats": 1}
     argv = tp.command(settings)
-    assert argv[1:3] == ["-m", "mnist_helpers.lessons.l01_resources"]
+    assert argv[1:3] == ["-m", "mnist_helpers.lessons.n01.lesson"]
     assert "--batch-size" in argv and "--no-channels-last" in argv and "--tf32" in argv
     assert not any(a.startswith("--") and "_" in a for a in argv), "flags are dashed"
     res = tp.measure(settings)

@@ -17,7 +17,7 @@ pytest.importorskip("ipywidgets")
 TIMEOUT_S = 120
 
 EXPLORER = '''
-from mnist_helpers.lessons.l11_beyond_dp import memory_explorer
+from mnist_helpers.lessons.n11.lesson import memory_explorer
 
 calls = []
 def estimate(width, blocks, batch_size, precision, world_size, stage, checkpointing):
@@ -30,7 +30,7 @@ memory_explorer(estimate, measure, width=256, blocks=2, batch_size=64, interacti
 print(calls)
 '''
 ANSWER_BOX = '''
-from mnist_helpers.exercises import answer_box
+from mnist_helpers.course.exercises import answer_box
 answer_box("06-1", interactive=True)
 print("answer box shown")
 '''

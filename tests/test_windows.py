@@ -27,7 +27,7 @@ POSIX_OS = ("getloadavg", "sched_getaffinity", "sched_setaffinity", "fork", "for
             "getpgid", "killpg", "setsid", "posix_fadvise", "nice")
 POSIX_SIGNALS = ("SIGKILL", "SIGUSR1", "SIGUSR2", "SIGHUP", "SIGQUIT", "SIGALRM", "SIGCHLD")
 # the lesson modules the brief names beyond the notebooks' own imports
-EXTRA = ("mnist_helpers.lessons.l08_troubleshooting", "mnist_helpers.doctor")
+EXTRA = ("mnist_helpers.lessons.n08.lesson", "mnist_helpers.course.doctor")
 
 
 def _sources(path: Path) -> list[str]:
@@ -109,11 +109,11 @@ if "mnist_helpers.resources" in sys.modules:
     call("machine_info", lambda: {k: resources.machine_info()[k] for k in ("load_avg_1min", "usable_cores")})
     call("describe", lambda: resources.describe())
     call("usable_cores", resources.usable_cores)
-if "mnist_helpers.lessons.l01_resources" in sys.modules:
-    from mnist_helpers.lessons import l01_resources
+if "mnist_helpers.lessons.n01.lesson" in sys.modules:
+    from mnist_helpers.lessons.n01 import lesson as l01_resources
     call("cpu_info", lambda: l01_resources.cpu_info()["load_avg_1min"])
-if "mnist_helpers.claims" in sys.modules:
-    from mnist_helpers import claims
+if "mnist_helpers.course.claims" in sys.modules:
+    from mnist_helpers.course import claims
     def contention():
         with claims.Contention() as c:
             pass
@@ -125,8 +125,8 @@ if "mnist_helpers.memory" in sys.modules:
     call("memory_summary", lambda: memory.memory_summary("cpu"))
 if "mnist_helpers.paths" in sys.modules:
     call("notebook_01_cell", run_cell)
-if "mnist_helpers.lessons.l08_troubleshooting" in sys.modules:  # last: on a POSIX system it would cap this process
-    from mnist_helpers.lessons import l08_troubleshooting
+if "mnist_helpers.lessons.n08.lesson" in sys.modules:  # last: on a POSIX system it would cap this process
+    from mnist_helpers.lessons.n08 import lesson as l08_troubleshooting
     call("limit_memory", lambda: l08_troubleshooting.limit_memory(1 << 30, "cpu"))
 print(json.dumps(out, default=str))
 '''
@@ -149,8 +149,8 @@ def play_windows(tmp_path, posix_modules=POSIX_MODULES) -> dict:
 def test_the_module_list_covers_notebooks_00_to_05():
     mods = notebook_modules()
     for name in ("mnist_helpers.data", "mnist_helpers.memory", "mnist_helpers.launch", "mnist_helpers.resources",
-                 "mnist_helpers.lessons.l01_resources", "mnist_helpers.lessons.l04_batch_scaling", "mnist_helpers.lessons.l05_precision_memory",
-                 "mnist_helpers.workers.progression.ddp_train", "mnist_helpers.lessons.l08_troubleshooting"):
+                 "mnist_helpers.lessons.n01.lesson", "mnist_helpers.lessons.n04.lesson", "mnist_helpers.lessons.n05.lesson",
+                 "mnist_helpers.workers.progression.ddp_train", "mnist_helpers.lessons.n08.lesson"):
         assert name in mods
 
 

@@ -1,7 +1,7 @@
 """The worker progression single.py -> ddp_spawn.py -> ddp_train.py (12_ddp_in_depth, appendix A).
 
 Each step must keep the previous one's code and mark every block it changes once (the rule is spelled out in
-``mnist_helpers.tools.worker_diffs``), so the progression cannot rot. Then the three workers
+``mnist_helpers.course.worker_diffs``), so the progression cannot rot. Then the three workers
 run for real: one process, two processes under mp.spawn (gloo), two under torchrun.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from mnist_helpers.launch import torchrun
-from mnist_helpers.tools.worker_diffs import (STEPS, WORKERS, code_lines, diff_counts, diff_text, source,
+from mnist_helpers.course.worker_diffs import (STEPS, WORKERS, code_lines, diff_counts, diff_text, source,
                                              step_report, unmarked_changes)
 
 RESULT_KEYS = {"world_size", "backend", "device", "config", "history", "final_test_acc", "param_digests",

@@ -64,7 +64,7 @@ def _settings(folder: Path) -> None:
 WIDGETS_NOTEBOOK = "widgets_check.ipynb"
 WIDGET_CELLS = [
     # the loader sweep widget of 03, on a small synthetic data set (no MNIST needed, a few batches)
-    "import torch\nfrom torch.utils.data import TensorDataset\nfrom mnist_helpers.lessons.l03_dataloader import loader_widget\n\n"
+    "import torch\nfrom torch.utils.data import TensorDataset\nfrom mnist_helpers.lessons.n03.lesson import loader_widget\n\n"
     "ds = TensorDataset(torch.randn(512, 1, 28, 28), torch.zeros(512, dtype=torch.long))\n"
     "_ = loader_widget(ds, num_workers=0, batch_size=64, max_batches=4, max_workers=2)",
     # the experiment dashboard of 09, on two made-up rows

@@ -1,6 +1,6 @@
 """Communication benchmarks under torchrun (introduced in 07_scaling_and_multinode).
 
-Two modes, both launched by ``mnist_helpers.scaling`` (for notebook 07's lesson and ``scripts/bench_allreduce.py``,
+Two modes, both launched by ``mnist_helpers.lessons.n07.scaling`` (for notebook 07's lesson and ``scripts/bench_allreduce.py``,
 ``scripts/bench_scaling.py``) through the launcher; rank 0 writes ``{"rows": [...]}`` to ``--out``.
 
 ``allreduce``: ``dist.all_reduce`` of float32 tensors of each ``--sizes`` (bytes). Per size: warm-up,

@@ -1,6 +1,6 @@
 """Profile data-parallel training steps in every process; rank 0 writes its Chrome/Perfetto trace.
 
-Introduced in 09_profiling_and_autotune. Each process runs ``mnist_helpers.profiling.profile_training``
+Introduced in 09_profiling_and_autotune. Each process runs ``mnist_helpers.lessons.n09.profiling.profile_training``
 on its own shard of MNIST. By default the gradients are averaged by an explicit, labelled all-reduce
 between backward and the optimizer (what DDP does, minus the overlap), so communication shows up as
 its own ``all-reduce`` block in the trace; ``--ddp`` wraps the model in DistributedDataParallel
@@ -19,7 +19,7 @@ or by hand:
 Rank 0 writes ``--out`` (JSON: world_size, backend, every rank's time breakdown, rank 0's top-operator table).
 
 ``--time-to-accuracy TARGET`` trains instead of profiling: DistributedDataParallel, the same loop as the notebook's
-one-process runs (``mnist_helpers.profiling.time_to_accuracy``: the clock stops while every rank evaluates the same
+one-process runs (``mnist_helpers.lessons.n09.profiling.time_to_accuracy``: the clock stops while every rank evaluates the same
 test subset, every ``--eval-every-images`` images counted over all processes), until the test accuracy reaches TARGET.
 09's tuning-priority check launches it as the distribution lever:
 
@@ -38,13 +38,13 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.models import build_model
-from mnist_helpers.profiling import (allreduce_gradients, make_batches, profile_training, time_breakdown,
+from mnist_helpers.lessons.n09.profiling import (allreduce_gradients, make_batches, profile_training, time_breakdown,
                                      time_to_accuracy)
 from mnist_helpers.train import TrainConfig
 
 
 def train_to_accuracy(args: argparse.Namespace, ctx) -> dict:
-    """``--time-to-accuracy``: DDP training until the test accuracy reaches the target (mnist_helpers.profiling.time_to_accuracy)."""
+    """``--time-to-accuracy``: DDP training until the test accuracy reaches the target (mnist_helpers.lessons.n09.profiling.time_to_accuracy)."""
     from mnist_helpers.data import load_mnist
 
     cfg = TrainConfig(model=args.model, batch_size=args.batch_size, loader=args.loader, num_workers=args.num_workers,

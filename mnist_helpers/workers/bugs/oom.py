@@ -2,7 +2,7 @@
 
 The worker caps its own memory first (``mnist_helpers.memory.limit_memory``): on CUDA with
 ``torch.cuda.set_per_process_memory_fraction``, on CPU with ``RLIMIT_AS`` (address space; see that
-module and lessons/l08_troubleshooting for what this does and does not measure). Then:
+module and lessons/n08/lesson for what this does and does not measure). Then:
 
 - the bug: one training step of the article's ``Net`` at ``--batch-size`` does not fit: CUDA raises
   ``torch.OutOfMemoryError``, the CPU allocator ``RuntimeError: ... can't allocate memory``;

@@ -13,7 +13,7 @@ starts the whole group again; the second attempt must form a new process group a
     python -m torch.distributed.run --nnodes 1 --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:29411 \\
         --nproc-per-node 2 --max-restarts 2 -m mnist_helpers.workers.bugs.restart_kill --out /tmp/r.json
 
-The success rates over many such jobs (every configuration of ``mnist_helpers.scaling.RESTART_CONFIGS``, N trials
+The success rates over many such jobs (every configuration of ``mnist_helpers.lessons.n07.scaling.RESTART_CONFIGS``, N trials
 each): ``python scripts/bench_restarts.py --trials 5``.
 """
 from __future__ import annotations
