@@ -46,7 +46,8 @@ _TRACEBACK_START = "Traceback (most recent call last):"
 # worker, --max-restarts often fails while the workers reuse the agent's rendezvous TCP store (torch's default),
 # under --standalone and at a c10d endpoint alike (a hang, or gloo's connectFullMesh against the old port); with
 # this variable set every attempt gets a fresh store and the restarts succeeded in every trial. Elastic membership
-# (--nnodes=1:2, a second agent joining) also needs it. So torchrun(max_restarts=N) sets it unless the caller did.
+# (--nnodes=1:2, a second agent joining) also needs it. So torchrun(options=LaunchOptions(max_restarts=N)) sets it
+# unless the caller did.
 _SHARE_STORE_OFF = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 # torchrun's rendezvous store (TCPStore) uses its libuv backend by default, and Windows builds of torch have no
 # libuv: there `--standalone` fails ("use_libuv was requested but PyTorch was build without libuv support")
@@ -262,23 +263,27 @@ def stop_tree(proc, interrupted: bool = False, grace: float = 5.0) -> None:
 class LaunchOptions:
     """The settings of :func:`torchrun` that few runs change: several nodes meeting at a rendezvous (``nnodes``,
     ``node_rank``, ``rdzv_endpoint`` ``HOST:PORT`` of node 0, ``rdzv_id``, ``local_addr``: :func:`build_command`
-    says what each does), where rank 0 writes its JSON (``out``; default a temporary file, read and removed) and
-    flags added to torchrun's own (``extra_torchrun_args``)::
+    says what each does), how often torchrun restarts the group after a worker fails (``max_restarts``; > 0 also
+    sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: :func:`torchrun` says why), where rank 0 writes its JSON
+    (``out``; default a temporary file, read and removed) and flags added to torchrun's own
+    (``extra_torchrun_args``)::
 
         torchrun(worker, args, nproc=1, options=LaunchOptions(nnodes=2, rdzv_endpoint=f"127.0.0.1:{port}"))
+        torchrun(worker, args, nproc=2, options=LaunchOptions(max_restarts=2))
     """
     nnodes: int = 1
     node_rank: int | None = None
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     local_addr: str | None = None
+    max_restarts: int = 0
     out: str | Path | None = None
     extra_torchrun_args: tuple[str, ...] = ()
 
 
 def torchrun(module: str, args=(), nproc: int = 1, timeout: float | None = None, env: dict | None = None, *,
              threads_per_proc: int | None = None, device: str = "auto", provision: bool = True, echo: bool = True,
-             max_restarts: int = 0, options: LaunchOptions | None = None) -> dict | None:
+             options: LaunchOptions | None = None) -> dict | None:
     """Run ``module`` under torchrun, stream its output, return the JSON rank 0 wrote to ``--out``.
 
     Raises LaunchError when a worker fails (naming its rank and exception) or after ``timeout``
@@ -286,8 +291,8 @@ def torchrun(module: str, args=(), nproc: int = 1, timeout: float | None = None,
     ``env`` adds environment variables; ``threads_per_proc`` sets OMP_NUM_THREADS (default: the
     cores shared out between the processes). ``device="cpu"`` hides GPUs from the workers.
     ``provision=False`` skips fetching MNIST first; ``echo=False`` prints neither the command nor the workers' lines.
-    Several nodes, a results path of your own and extra torchrun flags: ``options`` (:class:`LaunchOptions`).
-    ``max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
+    Several nodes, restarts, a results path of your own and extra torchrun flags: ``options`` (:class:`LaunchOptions`).
+    ``options.max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
     command) unless ``env`` or the environment sets it: without it restarts often fail on torch 2.14
     (tests/test_restarts.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
     ``env`` or the environment sets it: Windows builds of torch have no libuv for torchrun's rendezvous store.
@@ -305,14 +310,14 @@ def torchrun(module: str, args=(), nproc: int = 1, timeout: float | None = None,
     tmp = tempfile.TemporaryDirectory(prefix="mnist_launch_")
     try:
         opts = dict(nnodes=options.nnodes, node_rank=options.node_rank, rdzv_endpoint=options.rdzv_endpoint,
-                    rdzv_id=options.rdzv_id, max_restarts=max_restarts, local_addr=options.local_addr,
+                    rdzv_id=options.rdzv_id, max_restarts=options.max_restarts, local_addr=options.local_addr,
                     extra_torchrun_args=options.extra_torchrun_args)
 
         def shown_env(n: int, dev: str) -> dict:
             """The variables that change the run, so they belong in the printed command."""
             threads = threads_per_proc or given or max(1, (os.cpu_count() or 1) // n)
             shown = {**(env or {}), "OMP_NUM_THREADS": str(threads)}
-            if max_restarts and _SHARE_STORE_OFF not in {**os.environ, **(env or {})}:
+            if options.max_restarts and _SHARE_STORE_OFF not in {**os.environ, **(env or {})}:
                 shown[_SHARE_STORE_OFF] = "1"  # restarts under c10d rendezvous: see _SHARE_STORE_OFF
             if sys.platform == "win32" and _LIBUV not in {**os.environ, **(env or {})}:
                 shown[_LIBUV] = "0"  # Windows builds of torch have no libuv: see _LIBUV

@@ -19,8 +19,9 @@ always does the same four things, which this module names::
         ...
 
 The three progression workers of notebook 06 (``single``, ``ddp_spawn``, ``ddp_train``) do not use it: 06 teaches
-the lines this module hides, and shows their diffs. The ``bugs/`` workers call ``torch.distributed`` themselves
-where the bug lives in those calls (a fixed MASTER_PORT, a short timeout) and use ``finish`` and ``entry``.
+the lines this module hides, and shows their diffs. The ``bugs/`` workers join with ``process_group`` (a short
+``timeout_s`` turns a hang into an error) unless the bug lives in joining (``port_in_use``'s fixed MASTER_PORT,
+``restart_kill``'s restarts), and use ``finish``.
 """
 from __future__ import annotations
 

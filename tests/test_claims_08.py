@@ -2,7 +2,7 @@
 import pytest
 
 from mnist_helpers.course import claims
-from mnist_helpers.lessons.n08.lesson import FED, STARVED, Repro, claims_08
+from mnist_helpers.lessons.n08.lesson import FED, STARVED, Measured08, Repro, claims_08
 
 QUIET = {"others_cpu_share": 0.0, "busy": False}
 
@@ -26,7 +26,7 @@ def judge(load=QUIET, as_dicts=False, **kw):
     recs = records(**kw)
     if as_dicts:
         recs = {k: r.as_dict() for k, r in recs.items()}
-    entries = claims_08(**recs, unused_nproc=1, unused_steps=5, nproc=2, loader_load=load)
+    entries = claims_08(Measured08(**recs, unused_nproc=1, unused_steps=5, nproc=2, loader_load=load))
     for e in entries:
         assert e["verdict"] in claims.VERDICTS
         assert not claims.unsourced_numbers(e), (e["id"], claims.unsourced_numbers(e))
@@ -60,6 +60,6 @@ def test_a_busy_machine_gives_no_timing_judgement():
 
 def test_record_accepts_the_entries(tmp_path):
     recs = records()
-    res = claims.record("08_troubleshooting", claims_08(**recs, unused_nproc=1, unused_steps=5, nproc=2),
+    res = claims.record("08_troubleshooting", claims_08(Measured08(**recs, unused_nproc=1, unused_steps=5, nproc=2)),
                         profile="quick", folder=tmp_path)
     assert len(claims.summary(res)) == 5

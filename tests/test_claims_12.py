@@ -1,4 +1,4 @@
-"""Notebook 12's claims (the appendix to 06), judged by ``l12_ddp_in_depth`` from synthetic measurements, both ways;
+"""Notebook 12's claims (the appendix to 06), judged by ``l12.claims_12`` from synthetic measurements, both ways;
 the kept 12.same_seed entries are what today's rule gives; DataParallel against DDP on the CPU (the code path only)."""
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _synthetic(*, shards_ok=True, pads=True, env_ok=True, nccl_refused=True, spa
 
 
 def test_every_claim_of_12_from_the_notebooks_runs(tmp_path):
-    entries = l12.claims_12(**_synthetic())
+    entries = l12.claims_12(l12.Measured12(**_synthetic()))
     assert sorted(e["id"] for e in entries) == sorted(c["id"] for c in claims.CATALOG if c["id"].startswith("12."))
     verdicts = {e["id"]: e["verdict"] for e in entries}
     assert verdicts == {"12.local_rank_arg": "wrong", "12.torchrun_env": "holds", "12.distributed_sampler": "holds",
@@ -58,7 +58,7 @@ def test_every_claim_of_12_from_the_notebooks_runs(tmp_path):
     (dict(spawn_fails=False), "12.mp_spawn", "holds"),
 ])
 def test_claims_can_come_out_the_other_way(change, claim, verdict):
-    assert {e["id"]: e["verdict"] for e in l12.claims_12(**_synthetic(**change))}[claim] == verdict
+    assert {e["id"]: e["verdict"] for e in l12.claims_12(l12.Measured12(**_synthetic(**change)))}[claim] == verdict
 
 
 def test_dp_vs_ddp_verdict_from_rounds():
@@ -79,7 +79,8 @@ def test_dp_vs_ddp_with_two_gpus_is_judged_from_its_rows():
     rows = [{"round": k, "processes": p, "step_s": s, "images_per_s": 256 / s, "device": "cuda",
              "global_batch_size": 256, "warmup_steps": 10, "timed_steps": 50, "repeats": 5}
             for k in range(2) for p, s in ((1, 0.02), (2, 0.01))]
-    entry = next(e for e in l12.claims_12(**{**_synthetic(), "dp_rows": rows, "gpus": 2}) if e["id"] == "12.dp_vs_ddp")
+    measured = l12.Measured12(**{**_synthetic(), "dp_rows": rows, "gpus": 2})
+    entry = next(e for e in l12.claims_12(measured) if e["id"] == "12.dp_vs_ddp")
     assert entry["verdict"] == "holds" and not claims.unsourced_numbers({**entry, "claim": ""})
 
 

@@ -123,7 +123,7 @@ def _fresh_seed_each_call():
 
 
 # ------------------------------------------------------------------------------------------ 06 and 12: the scripts
-BUGGY_LOCAL_RANK = Path(E.LOCAL_RANK_STARTER).read_text()
+BUGGY_LOCAL_RANK = E.LOCAL_RANK_STARTER
 FIXED_LOCAL_RANK = Path(solution_answer("12-1")).read_text()
 assert 'device = f"cuda:{args.local_rank}"' in BUGGY_LOCAL_RANK
 LOCAL_RANK_EDITS = {  # the same for 12-1's worker

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mnist_helpers.launch import build_command, torchrun
+from mnist_helpers.launch import LaunchOptions, build_command, torchrun
 from mnist_helpers.train import TrainConfig
 from mnist_helpers.workers.progression import ft_train
 
@@ -92,8 +92,9 @@ def test_cli_rejects_kill_without_snapshot(capsys):
 
 
 def test_launcher_sets_store_variable_only_for_restarts(monkeypatch):
-    """torchrun(max_restarts>0) must add TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts often fail without it on
-    torch 2.14: tests/test_restarts.py measures how often); the command line itself is unchanged."""
+    """torchrun(options=LaunchOptions(max_restarts>0)) must add TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (restarts
+    often fail without it on torch 2.14: tests/test_restarts.py measures how often); the command line itself is
+    unchanged."""
     assert "--max-restarts" in build_command("m", max_restarts=2)
     seen = {}
 
@@ -103,13 +104,13 @@ def test_launcher_sets_store_variable_only_for_restarts(monkeypatch):
 
     monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
     monkeypatch.setattr("mnist_helpers.launch._run", fake_run)
-    torchrun("m", nproc=1, provision=False, device="cpu", echo=False, max_restarts=1)
+    torchrun("m", nproc=1, provision=False, device="cpu", echo=False, options=LaunchOptions(max_restarts=1))
     assert seen["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     seen.clear()
     torchrun("m", nproc=1, provision=False, device="cpu", echo=False)
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in seen
     seen.clear()
-    torchrun("m", nproc=1, provision=False, device="cpu", echo=False, max_restarts=1,
+    torchrun("m", nproc=1, provision=False, device="cpu", echo=False, options=LaunchOptions(max_restarts=1),
              env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"})  # the caller's choice wins
     assert seen["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
 
@@ -124,7 +125,7 @@ def test_kill_9_worker_restarts_and_matches_uninterrupted(tmp_path, mnist_root):
     kw = dict(nproc=2, threads_per_proc=1, device="cpu", timeout=150, echo=False)
     ref = torchrun("mnist_helpers.workers.progression.ft_train", args, **kw)
     killed = torchrun("mnist_helpers.workers.progression.ft_train", [*args, "--snapshot", tmp_path / "ft.pt", "--die-at-step", "5"],
-                      max_restarts=2, **kw)
+                      options=LaunchOptions(max_restarts=2), **kw)
     assert ref["resumed_at_step"] is None
     assert killed["resumed_at_step"] == 3, killed  # the last snapshot before the kill
     assert killed["steps"] == ref["steps"] == 8

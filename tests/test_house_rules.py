@@ -5,7 +5,9 @@
 - nobody reaches a core name through a lesson (``from mnist_helpers.lessons.lNN import x`` where lNN only imported
   ``x``), in the package, the scripts, the tests and the notebooks;
 - no module imports a private name (``_x``) from another module of the series;
-- a ``claims_NN`` takes one measured record, not a keyword argument per measurement.
+- a ``claims_NN`` takes one measured record, not a keyword argument per measurement;
+- ``launch.torchrun`` takes at most ``MAX_TORCHRUN_PARAMETERS`` parameters (rarely used ones travel in
+  ``launch.LaunchOptions``).
 
 Each allow-list names what is still over a rule and why; an entry that no longer breaks its rule fails
 ``test_the_allow_lists_name_only_what_still_breaks_a_rule``, so that it is removed as soon as it is fixed."""
@@ -25,23 +27,17 @@ LESSONS = sorted(p for p in (REPO / "mnist_helpers" / "lessons").glob("n[0-9][0-
 NOTEBOOKS = sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 MAX_LINES = 80
 MAX_CLAIMS_PARAMETERS = 4
+MAX_TORCHRUN_PARAMETERS = 10
 
 IN_CHANGE = "being changed by issue {} this stop"
 # "path::function": why it is still over MAX_LINES
 LONG_FUNCTIONS: dict[str, str] = {}
 # lesson file name: why it still re-exports core names (its notebook and tests read them through it)
-REEXPORTING_LESSONS = {
-    "n08/lesson.py": IN_CHANGE.format(48),
-}
+REEXPORTING_LESSONS: dict[str, str] = {}
 # "path: module.name": why it imports a private name
-PRIVATE_IMPORTS = {
-    "mnist_helpers/lessons/n08/lesson.py: mnist_helpers.course.worker_diffs._body_start": IN_CHANGE.format(48),
-}
+PRIVATE_IMPORTS: dict[str, str] = {}
 # lesson file name: why its claims function still takes a keyword argument per measurement
-CLAIMS_WITH_MANY_PARAMETERS = {
-    "n08/lesson.py": IN_CHANGE.format(48),
-    "n12/lesson.py": IN_CHANGE.format(48),  # the appendix cut from 06, new this stop
-}
+CLAIMS_WITH_MANY_PARAMETERS: dict[str, str] = {}
 
 
 def lesson_key(path: Path) -> str:
@@ -173,14 +169,25 @@ def private_imports(paths=SOURCES) -> dict[str, int]:
     return out
 
 
+def parameter_count(node: ast.FunctionDef) -> int:
+    """How many parameters a function takes (``*args`` and ``**kwargs`` count one each)."""
+    a = node.args
+    return len(a.posonlyargs + a.args + a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+
+
+def function_parameters(path: Path, name: str) -> int:
+    """The parameters of the top-level function ``name`` of ``path``."""
+    node = next(n for n in tree(path).body if isinstance(n, ast.FunctionDef) and n.name == name)
+    return parameter_count(node)
+
+
 def claims_parameters() -> dict[str, int]:
     """``{lesson file: parameters}`` of each lesson's ``claims_NN`` function."""
     out = {}
     for path in LESSONS:
         for node in tree(path).body:
             if isinstance(node, ast.FunctionDef) and re.fullmatch(r"claims_\d\d", node.name):
-                a = node.args
-                out[f"{lesson_key(path)}.py"] = len(a.posonlyargs + a.args + a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                out[f"{lesson_key(path)}.py"] = parameter_count(node)
     return out
 
 
@@ -219,7 +226,13 @@ def test_a_claims_function_takes_one_measured_record():
     found = {k: n for k, n in claims_parameters().items()
              if n > MAX_CLAIMS_PARAMETERS and k not in CLAIMS_WITH_MANY_PARAMETERS}
     assert not found, (f"claims functions with more than {MAX_CLAIMS_PARAMETERS} parameters (give them one "
-                       f"MeasuredNN record, as l07_scaling.claims_07 takes): {found}")
+                       f"MeasuredNN record, as lessons/n07/lesson.py's claims_07 takes): {found}")
+
+
+def test_launch_torchrun_takes_at_most_10_parameters():
+    n = function_parameters(REPO / "mnist_helpers" / "launch.py", "torchrun")
+    assert n <= MAX_TORCHRUN_PARAMETERS, (f"launch.torchrun takes {n} parameters, more than {MAX_TORCHRUN_PARAMETERS}: "
+                                          "move the rarely used ones into launch.LaunchOptions")
 
 
 def test_the_allow_lists_name_only_what_still_breaks_a_rule():
@@ -243,6 +256,7 @@ def test_the_rules_see_what_they_are_about(tmp_path):
     assert list(private_imports([bad])) == ["bad.py: mnist_helpers.launch._stop_tree"]
     assert [r.split(": ", 1)[1] for r in reexports(bad)] == [
         "noqa: F401", "_stop_tree (mnist_helpers.launch._stop_tree) imported, never used", "os (os) imported, never used"]
+    assert parameter_count(ast.parse("def f(a, /, b=1, *c, d, **e): pass").body[0]) == 5
     lessons = {"n99/lesson": ({"mine"}, {"core_fn": "mnist_helpers.core.core_fn", "np": "numpy"})}
     user = ast.parse("from mnist_helpers.lessons.n99.lesson import core_fn, mine\n"
                      "from mnist_helpers.lessons.n99 import lesson as lx\n"

@@ -29,14 +29,15 @@ def one_node(tmp_path_factory, mnist_root):
     return torchrun(WORKER, ARGS, nproc=2, threads_per_proc=1, device="cpu", timeout=120, echo=False)
 
 
-def run_agents(args_for, nnodes=2, **kw):
+def run_agents(args_for, nnodes=2, max_restarts=0, **kw):
     """``nnodes`` torchrun agents at once (threads), each through the launcher; returns results or errors."""
     port = free_port()
     out = [None] * nnodes
 
     def agent(i):
         try:
-            rendezvous = LaunchOptions(nnodes=nnodes, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=f"test{port}")
+            rendezvous = LaunchOptions(nnodes=nnodes, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=f"test{port}",
+                                       max_restarts=max_restarts)
             out[i] = torchrun(WORKER, args_for(i), nproc=1, threads_per_proc=1, device="cpu", timeout=150, echo=False,
                               options=rendezvous, **kw)
         except Exception as e:  # reported below, with the other agent's outcome

@@ -15,8 +15,8 @@ import torch
 
 from mnist_helpers.lessons.n08 import lesson as ts
 from notebook_runs import WHOLE_TIMEOUT, assert_ran_cleanly
-from mnist_helpers.lessons.n08.lesson import find_batch_size, find_batch_size_limited
-from mnist_helpers.memory import is_oom
+from mnist_helpers.lessons.n08.lesson import find_batch_size_limited
+from mnist_helpers.memory import find_batch_size, is_oom
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
 
 NOTEBOOK = "08_troubleshooting"  # whose run the records come from (tests/conftest.py: the same xdist group)

@@ -126,8 +126,8 @@ if "mnist_helpers.memory" in sys.modules:
 if "mnist_helpers.paths" in sys.modules:
     call("notebook_01_cell", run_cell)
 if "mnist_helpers.lessons.n08.lesson" in sys.modules:  # last: on a POSIX system it would cap this process
-    from mnist_helpers.lessons.n08 import lesson as l08_troubleshooting
-    call("limit_memory", lambda: l08_troubleshooting.limit_memory(1 << 30, "cpu"))
+    from mnist_helpers.memory import limit_memory  # what lessons/n08/lesson.py's batch-size search caps with
+    call("limit_memory", lambda: limit_memory(1 << 30, "cpu"))
 print(json.dumps(out, default=str))
 '''
 

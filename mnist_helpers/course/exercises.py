@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from mnist_helpers.course.starters import starter_of
+
 
 @dataclass(frozen=True)
 class Feedback:
@@ -626,20 +628,23 @@ def check_accumulation_fn(answer) -> Feedback:
 
 
 # ---------------------------------------------------------------------------------------- 06 DDP fundamentals
-# 07-3: the starter the learner completes and a solution, as real files (mnist_helpers/workers/exercises/)
+# Each exercise that makes the learner write a script has one real file, its solution (mnist_helpers/workers/exercises/:
+# *_SOLUTION, a path); the starter the learner copies into the notebook's work/ folder and completes (*_STARTER, its
+# text) is read out of the solution's `# exercise:` regions (mnist_helpers.course.starters).
 _EXERCISE_SCRIPTS = Path(__file__).resolve().parents[1] / "workers" / "exercises"
-FT_STARTER, FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_starter.py"), str(_EXERCISE_SCRIPTS / "ft_solution.py")
+# 07-3: a DDP script without snapshot and resume
+FT_SOLUTION = str(_EXERCISE_SCRIPTS / "ft_solution.py")
+FT_STARTER = starter_of(FT_SOLUTION)
 
 
-# 06-1 and 08-3: starters the learner copies into the notebook's work/ folder and completes, with a solution each, as
-# real files (mnist_helpers/workers/exercises/). Each writes its facts per process into --report (a REPORT block the
-# learner leaves alone); the check launches it with torchrun on 2 CPU processes (gloo) and reads them.
-DDP_STARTER, DDP_SOLUTION = str(_EXERCISE_SCRIPTS / "ddp_starter.py"), str(_EXERCISE_SCRIPTS / "ddp_solution.py")
-HANG_STARTER, HANG_SOLUTION = str(_EXERCISE_SCRIPTS / "hang_starter.py"), str(_EXERCISE_SCRIPTS / "hang_solution.py")
+# 06-1 and 08-3: each writes its facts per process into --report (a REPORT block the learner leaves alone); the check
+# launches it with torchrun on 2 CPU processes (gloo) and reads them.
+DDP_SOLUTION, HANG_SOLUTION = str(_EXERCISE_SCRIPTS / "ddp_solution.py"), str(_EXERCISE_SCRIPTS / "hang_solution.py")
+DDP_STARTER, HANG_STARTER = starter_of(DDP_SOLUTION), starter_of(HANG_SOLUTION)
 # 12-1: a short DDP worker with the article's --local_rank bug, copied and fixed the same way; its rank 0 writes the
 # device every process picked to --out
-LOCAL_RANK_STARTER = str(_EXERCISE_SCRIPTS / "local_rank_starter.py")
 LOCAL_RANK_SOLUTION = str(_EXERCISE_SCRIPTS / "local_rank_solution.py")
+LOCAL_RANK_STARTER = starter_of(LOCAL_RANK_SOLUTION)
 # 06-2: the measurement behind the prediction, DDP's all-reduce calls per step for Net counted by a communication hook
 BUCKET_COUNTER = str(_EXERCISE_SCRIPTS / "bucket_counter.py")
 DDP_CHECK_ARGS = {"epochs": 2, "subset": 250, "test_images": 101, "batch_size": 32}  # 06-1: tiny, odd test count
@@ -721,16 +726,17 @@ def check_ddp_script(answer) -> Feedback:
 
 
 def _launch_in(folder, text: str, args=(), *, nproc: int = 2, timeout: float = 180, name: str = "worker.py",
-               **torchrun_kw) -> tuple[dict | None, str | None]:
+               max_restarts: int = 0) -> tuple[dict | None, str | None]:
     """Write a learner's script (its text) into ``folder`` as ``name`` and run it under torchrun on ``nproc`` CPU
-    processes: (its JSON, None) or (None, the failing rank's error, or "timed out ...")."""
-    from mnist_helpers.launch import LaunchError, torchrun
+    processes, restarting the group up to ``max_restarts`` times (``launch.LaunchOptions``): (its JSON, None) or
+    (None, the failing rank's error, or "timed out ...")."""
+    from mnist_helpers.launch import LaunchError, LaunchOptions, torchrun
 
     script = Path(folder) / name
     script.write_text(text)
     try:
         return torchrun(str(script), args, nproc=nproc, device="cpu", echo=False, timeout=timeout, provision=False,
-                        threads_per_proc=1, **torchrun_kw), None
+                        threads_per_proc=1, options=LaunchOptions(max_restarts=max_restarts)), None
     except LaunchError as e:
         return None, e.root_cause or str(e)
 
@@ -1214,22 +1220,19 @@ def _ex(id, title, prompt, check, starter_body, solution_body, extra_import=""):
 
 
 def _copy_starter_cell(const: str, work_name: str, when: str) -> str:
-    """An exercise cell that copies the starter script ``const`` into the notebook's work/ folder once (re-running
-    keeps the learner's edits) and waits for its path as the answer."""
-    return ("import shutil\nfrom pathlib import Path\n\n"
+    """An exercise cell that writes the starter script ``const`` (its text) into the notebook's work/ folder once
+    (re-running keeps the learner's edits) and waits for its path as the answer."""
+    return ("from pathlib import Path\n\n"
             "# your copy in the notebook's work/ folder: edit it; re-running this cell keeps it\n"
             f"if Path(\"work\").is_dir() and not Path(\"work/{work_name}\").exists():\n"
-            f"    shutil.copy({const}, \"work/{work_name}\")\n"
+            f"    Path(\"work/{work_name}\").write_text({const})\n"
             f"answer = ...  # \"work/{work_name}\" {when}")
 
 
 def _diff_solution_cell(stem: str) -> str:
-    """A solution cell that shows what ``{STEM}_SOLUTION`` writes into ``{STEM}_STARTER``, then answers with it."""
-    low = stem.lower()
-    return ("import difflib\nfrom pathlib import Path\n\n# what the solution writes into the starter\n"
-            f"print(\"\".join(difflib.unified_diff(Path({stem}_STARTER).read_text().splitlines(True),\n"
-            f"                                   Path({stem}_SOLUTION).read_text().splitlines(True),\n"
-            f"                                   \"{low}_starter.py\", \"{low}_solution.py\")))\n"
+    """A solution cell that shows what ``{STEM}_SOLUTION`` writes into the starter, then answers with it."""
+    return ("from mnist_helpers.course.starters import solution_diff\n\n"
+            f"print(solution_diff({stem}_SOLUTION))  # what the solution writes into the starter\n"
             f"answer = {stem}_SOLUTION")
 
 

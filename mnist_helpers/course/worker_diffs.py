@@ -26,7 +26,7 @@ MARKERS = tuple(m for _, m in STEPS if m) + ("# FT:",)  # and 07: the learner's 
 BRIDGE = 2  # changed runs at most this many unchanged lines apart form one block
 
 
-def _body_start(src: str) -> int:
+def body_start(src: str) -> int:
     """The line index just after the module docstring (0 without one)."""
     body = ast.parse(src).body
     has_doc = body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant)
@@ -36,7 +36,7 @@ def _body_start(src: str) -> int:
 def code_lines(path: Path) -> list[str]:
     """The file's non-blank lines after its module docstring, without indentation."""
     src = Path(path).read_text()
-    return [ln.strip() for ln in src.splitlines()[_body_start(src):] if ln.strip()]
+    return [ln.strip() for ln in src.splitlines()[body_start(src):] if ln.strip()]
 
 
 def blocks(prev: list[str], new: list[str]) -> list[dict]:
@@ -106,7 +106,7 @@ def step_report(workers: Path = WORKERS) -> list[dict]:
 def code_text(name: str, workers: Path = WORKERS) -> str:
     """A worker's code as written, after its module docstring (the docstring is its manual: ``--help``)."""
     src = (workers / name).read_text()
-    return "\n".join(src.splitlines()[_body_start(src):]).strip("\n") + "\n"
+    return "\n".join(src.splitlines()[body_start(src):]).strip("\n") + "\n"
 
 
 def diff_text(prev_name: str, name: str, workers: Path = WORKERS, context: int = 3) -> str:

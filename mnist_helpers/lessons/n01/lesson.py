@@ -722,8 +722,7 @@ class Measured01:
 
 
 def claims_01(m: Measured01) -> list[dict]:
-    """The claims notebook 01 settles, one dict per claim (``claims.ResultFile.claim``'s keyword arguments), from
-    what the notebook measured (:class:`Measured01`).
+    """Notebook 01's claims from :class:`Measured01`, each a dict of ``claims.ResultFile.claim``'s arguments.
 
     - ``01.config_2x``: one knob only, torch's intra-op thread count. Holds when best/worst images/s is at least
       ``CONFIG_TARGET`` even at the spreads' nearest ends; does not hold when it stays below it at their farthest

@@ -62,8 +62,7 @@ class Measured02:
 
 
 def claims_02(m: Measured02) -> list[dict]:
-    """The claims of notebook 02, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from
-    what the notebook measured (:class:`Measured02`).
+    """Notebook 02's claims from :class:`Measured02`, each a dict of ``claims.ResultFile.claim``'s arguments.
 
     02.baseline (a procedure): *reproduced* when the recipe, run as written (5 epochs, all 60,000 images), reaches
     ``BASELINE_MIN_ACC``; *does not hold here* when it falls below; *inconclusive* for a shortened run (the

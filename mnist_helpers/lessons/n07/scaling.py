@@ -416,7 +416,8 @@ RESTARTS_CLAIM = ("torchrun --max-restarts brings a DDP group back after a worke
 
 
 def launcher_restart_config() -> str:
-    """The name (in ``RESTART_CONFIGS``) of what ``mnist_helpers.launch.torchrun(max_restarts=N)`` runs on one node."""
+    """The name (in ``RESTART_CONFIGS``) of what ``mnist_helpers.launch.torchrun`` runs on one node with
+    ``LaunchOptions(max_restarts=N)``."""
     return "standalone, store sharing off (the launcher)"
 
 

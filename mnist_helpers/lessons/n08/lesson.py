@@ -24,15 +24,16 @@ them: :func:`bug_code` (the lines, with the file and line numbers), :func:`error
 of the broken run, from its record), :func:`fix_diff` (the edit from the bug lines to a fix) and
 :func:`command_diff` (where the fix is the launch command: a fixed port, ``OMP_NUM_THREADS``).
 
-**The claims.** :func:`claims_08` turns the records into the claim entries ``claims.record`` writes (pure).
+**The claims.** :func:`claims_08` turns one :class:`Measured08` record (the records and the launches' sizes) into
+the claim entries ``claims.record`` writes (pure).
 
 **The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
 (``mnist_helpers.memory.peak_memory``) and returns one row per item.
 
-**The batch-size finder** (in the core, ``mnist_helpers.memory``, which the ``oom`` worker shares; named here
-too). :func:`find_batch_size` halves from a start until ``fits(batch_size)`` runs without
-an out-of-memory error; :func:`train_step_probe` makes such a ``fits`` (one ``mnist_helpers.train.train_step``
-on a random MNIST-shaped batch); :func:`limit_memory` makes the memory limit real:
+**The batch-size finder** (in the core, ``mnist_helpers.memory``, which the ``oom`` worker shares; import it from
+there). ``memory.find_batch_size`` halves from a start until ``fits(batch_size)`` runs without
+an out-of-memory error; ``memory.train_step_probe`` makes such a ``fits`` (one ``mnist_helpers.train.train_step``
+on a random MNIST-shaped batch); ``memory.limit_memory`` makes the memory limit real:
 
 - CUDA: the device's own memory, capped further with ``torch.cuda.set_per_process_memory_fraction`` so a big
   GPU shows the error too (``torch.OutOfMemoryError: CUDA out of memory``);
@@ -79,10 +80,9 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.launch import LaunchError, build_command, run_guarded, torchrun
 from mnist_helpers.lessons.n05.lesson import graph_nodes  # 05 counts the graph a kept loss holds
-from mnist_helpers.memory import current_bytes, peak_memory, run_isolated
-# the batch-size finder lives in the core (mnist_helpers.memory: the oom worker uses it too); named here as before
-from mnist_helpers.memory import (MALLOC_ENV, address_space_bytes, find_batch_size, limit_memory,  # noqa: F401
-                                  release_cached, train_step_probe)
+# the batch-size finder lives in the core (mnist_helpers.memory: the oom worker uses it too); main() below runs it
+from mnist_helpers.memory import (MALLOC_ENV, current_bytes, find_batch_size, limit_memory, peak_memory, run_isolated,
+                                  train_step_probe)
 from mnist_helpers.models import build_model
 from mnist_helpers.paths import PACKAGE_DIR
 from mnist_helpers.ports import find_port_holders, free_port, hold_port, port_is_free
@@ -192,11 +192,11 @@ def region(worker: str, label: str = "bug") -> tuple[int, int, str]:
     ``"bugs/collective_mismatch.py"``): their first and last line numbers in the file and their text, dedented,
     without any marker lines inside. ``label=None``: the file's code after its module docstring. The bug workers
     mark their broken lines ``bug`` and each fix ``fix`` (``fix:all``, ...)."""
-    from mnist_helpers.course.worker_diffs import _body_start
+    from mnist_helpers.course.worker_diffs import body_start
 
     lines = (WORKERS / worker).read_text().splitlines()
     if label is None:
-        start = _body_start("\n".join(lines))
+        start = body_start("\n".join(lines))
         while start < len(lines) and not lines[start].strip():
             start += 1
         return start + 1, len(lines), "\n".join(lines[start:]) + "\n"
@@ -663,17 +663,23 @@ def download_race(n_writers: int = 2, name: str = "t10k-images-idx3-ubyte") -> R
 
 # --------------------------------------------------------------------------- 8. spawn / fork
 
+def _bug_then_fix(command, env: dict, timeout: float, telling: str) -> tuple:
+    """A reproduction's two runs, ``command()`` (built afresh for each) as the bug has it and then with ``--fix``, and
+    the bug's output line that matches ``telling``: (bad, good, that line)."""
+    bad, good = (subprocess.run([*command(), *flags], capture_output=True, text=True, env=env, timeout=timeout)
+                 for flags in ((), ("--fix",)))
+    return bad, good, telling_line(bad.stderr + bad.stdout, telling)
+
+
 def spawn_main(nprocs: int = 2, timeout: float = 180) -> Repro:
     """mp.spawn of a function defined in ``__main__`` without a file (what a notebook kernel is)."""
     src = (BUGS / "spawn_main.py").read_text()
     env = subprocess_env(PYTHONUNBUFFERED="1")
-
-    def run(*flags):  # the script's text with -c: __main__ has no file, as in a Jupyter kernel
-        return subprocess.run([sys.executable, "-c", src, "--nprocs", str(nprocs), *flags], text=True,
-                              capture_output=True, env=env, timeout=timeout)
-    bad, good = run(), run("--fix")
+    # the script's text with -c: __main__ has no file, as in a Jupyter kernel
+    bad, good, seen = _bug_then_fix(lambda: [sys.executable, "-c", src, "--nprocs", str(nprocs)], env, timeout,
+                                    r"Can't get attribute")
     return Repro(
-        "Can't get attribute ... on <module '__main__'>", telling_line(bad.stderr + bad.stdout, r"Can't get attribute"),
+        "Can't get attribute ... on <module '__main__'>", seen,
         "spawn starts fresh interpreters that unpickle the target by module + name; a notebook's functions live in "
         "the kernel's __main__, which has no file the children can import",
         "put the function in an importable module (here mnist_helpers.workers.bugs.spawn_main) or launch a worker "
@@ -755,14 +761,12 @@ def local_rank_argparse(nproc: int = 1, timeout: float = 120) -> Repro:
     """The article's ``--local_rank`` parser under the launchers: an argparse error, or a silent cuda:0 for all."""
     script = str(BUGS / "local_rank.py")
     env = subprocess_env(OMP_NUM_THREADS="1")
-
-    def run(*flags):  # the deprecated launcher passes --local-rank=N (dashed since torch 2.0)
-        cmd = [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node", str(nproc),
-               "--master-port", str(free_port()), script, *flags]
-        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
-    bad, good = run(), run("--fix")
+    # the deprecated launcher passes --local-rank=N (dashed since torch 2.0); a free port for each run
+    bad, good, seen = _bug_then_fix(lambda: [sys.executable, "-m", "torch.distributed.launch", "--nproc-per-node",
+                                             str(nproc), "--master-port", str(free_port()), script], env, timeout,
+                                    r"unrecognized arguments")
     return Repro(
-        "--local_rank argparse bug", telling_line(bad.stderr + bad.stdout, r"unrecognized arguments"),
+        "--local_rank argparse bug", seen,
         "torch.distributed.launch passes --local-rank=N (dashed since torch 2.0) and the article's parser only "
         "knows --local_rank; torchrun passes no argument at all, so the default 0 puts every process on cuda:0",
         "read int(os.environ['LOCAL_RANK']) (torchrun and launch both set it); accept both spellings if you must "
@@ -845,12 +849,29 @@ def _busy(contention) -> bool:
     return bool(contention.get("busy")) if isinstance(contention, dict) else bool(contention.busy)
 
 
-def claims_08(*, port, unused, starve, evalhang, omp, unused_nproc: int, unused_steps: int, nproc: int,
-              loader_load=None) -> list[dict]:
-    """The claims of notebook 08, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from the
-    notebook's ``Repro`` records (or their ``as_dict()``): ``port_in_use``, ``unused_parameters``,
-    ``loader_starvation``, ``eval_through_ddp``, ``omp_threads``; ``loader_load``: the ``claims.Contention`` (or its
-    dict) of the starvation timing.
+@dataclass(frozen=True, kw_only=True)
+class Measured08:
+    """What notebook 08 measured, the one input of :func:`claims_08` (its closing cell builds it once).
+
+    ``port``, ``unused``, ``starve``, ``evalhang``, ``omp``: the :class:`Repro` records (or their ``as_dict()``) of
+    :func:`port_in_use`, :func:`unused_parameters`, :func:`loader_starvation`, :func:`eval_through_ddp` and
+    :func:`omp_threads`. ``unused_nproc`` and ``unused_steps``: the processes and timed steps
+    :func:`unused_parameters` ran; ``nproc``: the processes of the ``eval_through_ddp`` and ``omp_threads`` launches.
+    ``loader_load``: the ``claims.Contention`` (or its dict) of the starvation timing, None if not measured."""
+    port: Repro | dict
+    unused: Repro | dict
+    starve: Repro | dict
+    evalhang: Repro | dict
+    omp: Repro | dict
+    unused_nproc: int
+    unused_steps: int
+    nproc: int
+    loader_load: object = None
+
+
+def claims_08(m: Measured08) -> list[dict]:
+    """The claims of notebook 08, one dict per claim (the keyword arguments of ``claims.ResultFile.claim``), from
+    what the notebook measured (:class:`Measured08`).
 
     - 08.port_in_use, 08.unused_parameters: *reproduced* when the real error appeared, was diagnosed and the fix ran.
     - 08.gpu_util_low: *not testable here* unless the starvation ran on a CUDA GPU; there *holds* when the article's
@@ -861,7 +882,8 @@ def claims_08(*, port, unused, starve, evalhang, omp, unused_nproc: int, unused_
     """
     from mnist_helpers.course.claims import BUSY
 
-    port, unused, starve, evalhang, omp = map(_rec, (port, unused, starve, evalhang, omp))
+    port, unused, starve, evalhang, omp = map(_rec, (m.port, m.unused, m.starve, m.evalhang, m.omp))
+    unused_nproc, unused_steps, nproc, loader_load = m.unused_nproc, m.unused_steps, m.nproc, m.loader_load
     pd_, ud, sd, ed, od = (r["details"] for r in (port, unused, starve, evalhang, omp))
     out = []
     ok_port = bool(port["fixed_ok"] and pd_.get("holders") and pd_.get("port_free_after_stopping_holder"))

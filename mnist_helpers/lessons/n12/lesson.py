@@ -26,8 +26,9 @@ each error, then asks for NCCL (GPUs only), and returns the JSON it prints.
 
 **DataParallel vs DDP** (>= 2 GPUs): :func:`dp_vs_ddp` times both in interleaved rounds.
 
-**The claims**: :func:`claims_12` judges them from the notebook's runs (pure: measurements in, the entries
-``claims.record`` writes to ``results/12_ddp_in_depth.json`` out; tests/test_claims_12.py).
+**The claims**: :func:`claims_12` judges them from one :class:`Measured12` record of the notebook's runs (pure:
+measurements in, the entries ``claims.record`` writes to ``results/12_ddp_in_depth.json`` out;
+tests/test_claims_12.py).
 
     from mnist_helpers.lessons.n12.lesson import init_requirements, spawn_like_a_notebook
     spawn_like_a_notebook()["child_error"]   # AttributeError: Can't get attribute 'train' on <module '__main__' ...
@@ -40,6 +41,7 @@ import os
 import statistics
 import subprocess
 import sys
+from dataclasses import dataclass
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -305,17 +307,31 @@ def rejudge(entry: dict) -> dict:
     return {**entry, "verdict": verdict, "evidence": evidence, "numbers": n, "rule": rule(entry["id"])}
 
 
-def claims_12(*, demos: dict, demos_load, article: dict, spawn_run: dict, like_notebook: dict, backends: dict,
-              dp_rows: list[dict], gpus: int) -> list[dict]:
-    """Every claim of 12, judged from the notebook's runs; no I/O. One dict per claim (``claims.record``'s entries).
+@dataclass(frozen=True, kw_only=True)
+class Measured12:
+    """What notebook 12 measured, the one input of :func:`claims_12` (its closing cell builds it once).
 
     ``demos``: ``{processes: the demo workers' results}`` (2: local_rank_bug, sampler, seeding, syncbn; 3: sampler,
-    validation); ``demos_load``: the ``claims.Contention`` of those launches; ``article``: the article's 5.2 script's
-    JSON; ``spawn_run``: the ``ddp_spawn`` worker's; ``like_notebook``: :func:`spawn_like_a_notebook`'s;
-    ``backends``: :func:`init_requirements`'s; ``dp_rows``: :func:`dp_vs_ddp`'s (empty with fewer than 2 GPUs)."""
-    return [*_c12_torchrun(demos), _c12_sampler(demos), *_c12_seeding_and_syncbn(demos),
-            *_c12_validation(demos, demos_load), _c12_backends(backends), _c12_dp_vs_ddp(dp_rows, gpus),
-            _c12_spawn(article, spawn_run, like_notebook)]
+    validation); ``demos_load``: the ``claims.Contention`` of those launches (None: not measured); ``article``: the
+    article's 5.2 script's JSON; ``spawn_run``: the ``ddp_spawn`` worker's; ``like_notebook``:
+    :func:`spawn_like_a_notebook`'s; ``backends``: :func:`init_requirements`'s; ``dp_rows``: :func:`dp_vs_ddp`'s
+    (empty with fewer than 2 GPUs); ``gpus``: this machine's GPU count."""
+    demos: dict
+    demos_load: object
+    article: dict
+    spawn_run: dict
+    like_notebook: dict
+    backends: dict
+    dp_rows: list[dict]
+    gpus: int
+
+
+def claims_12(m: Measured12) -> list[dict]:
+    """Every claim of 12, judged from what the notebook measured (:class:`Measured12`); no I/O. One dict per claim
+    (``claims.record``'s entries)."""
+    return [*_c12_torchrun(m.demos), _c12_sampler(m.demos), *_c12_seeding_and_syncbn(m.demos),
+            *_c12_validation(m.demos, m.demos_load), _c12_backends(m.backends), _c12_dp_vs_ddp(m.dp_rows, m.gpus),
+            _c12_spawn(m.article, m.spawn_run, m.like_notebook)]
 
 
 def _c12_torchrun(demos: dict) -> list[dict]:

@@ -26,7 +26,6 @@ It also serves as the small healthy worker for the backend-error demo (``GLOO_SO
 """
 from __future__ import annotations
 
-import datetime
 import os
 import time
 
@@ -34,8 +33,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.distributed import cleanup
-from mnist_helpers.worker import finish, parser, world_of_one_env
+from mnist_helpers.worker import finish, parser, process_group
 
 NUM_GRADS = 1000  # stands in for a model's gradients
 
@@ -52,10 +50,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    world_of_one_env()  # plain Python: a world of one
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
-    try:
-        rank, world_size = dist.get_rank(), dist.get_world_size()
+    # plain Python: a world of one; leaving, all ranks meet first (a bare destroy can abort a peer's gloo threads)
+    with process_group("gloo", args.timeout, always_group=True) as ctx:
+        rank, world_size = ctx.rank, ctx.world_size
         grads = torch.full((NUM_GRADS,), float(rank + 1))
         start = time.perf_counter()
         for step in range(1, args.steps + 1):
@@ -82,8 +79,6 @@ def main(argv: list[str] | None = None) -> dict:
                    "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),
                    "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
         return finish(rank == 0, summary, args.out)
-    finally:
-        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

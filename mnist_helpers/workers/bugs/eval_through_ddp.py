@@ -30,7 +30,6 @@ That is why the bug hides until a BatchNorm layer appears.
 """
 from __future__ import annotations
 
-import datetime
 import time
 
 import torch
@@ -39,9 +38,8 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.distributed import cleanup
 from mnist_helpers.models import build_model
-from mnist_helpers.worker import finish, parser, world_of_one_env
+from mnist_helpers.worker import finish, parser, process_group
 
 
 def evaluate(model, X, y) -> float:
@@ -62,10 +60,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=5.0, help="seconds before a waiting collective fails")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    world_of_one_env()  # plain Python: a world of one
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
-    try:
-        rank, world_size = dist.get_rank(), dist.get_world_size()
+    # plain Python: a world of one; leaving, all ranks meet first (a bare destroy can abort a peer's gloo threads)
+    with process_group("gloo", args.timeout, always_group=True) as ctx:
+        rank, world_size = ctx.rank, ctx.world_size
         torch.manual_seed(0)
         model = DDP(build_model(args.model))               # broadcast_buffers=True, DDP's default
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -100,8 +97,6 @@ def main(argv: list[str] | None = None) -> dict:
                    "buffers": sum(1 for _ in model.module.buffers()),
                    "seconds": time.perf_counter() - start}
         return finish(rank == 0, summary, args.out, f"all ranks passed the barrier ({args.fix=})")
-    finally:
-        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

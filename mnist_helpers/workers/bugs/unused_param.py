@@ -23,7 +23,6 @@ the pixel values.
 """
 from __future__ import annotations
 
-import datetime
 import os
 import statistics
 import time
@@ -35,10 +34,9 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mnist_helpers.distributed import cleanup
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
-from mnist_helpers.worker import finish, parser, world_of_one_env
+from mnist_helpers.worker import finish, parser, process_group
 
 FIXES = ("none", "use", "freeze", "find_unused")
 
@@ -110,11 +108,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--timeout", type=float, default=60.0)
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     args = ap.parse_args(argv)
-    world_of_one_env()  # plain Python: a world of one
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
-    try:
-        rank = dist.get_rank()
+    # plain Python: a world of one; leaving, all ranks meet first (a bare destroy can abort a peer's gloo threads)
+    with process_group("gloo", args.timeout, always_group=True) as ctx:
+        rank = ctx.rank
         fixes = ["freeze", "find_unused", "use"] if args.fix == "all" else [args.fix]
         rows = []
         for fix, times in run_steps(fixes, args.steps, args.warmup, args.batch_size, rank).items():
@@ -122,8 +119,6 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
         return finish(rank == 0, summary, args.out, *(
             f"fix={r['fix']}: {r['steps']} steps, median {r['median_step_ms']:.2f} ms/step" for r in rows))
-    finally:
-        cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":

@@ -1,2 +1,3 @@
-"""Starter scripts of the exercises that make the learner write code, with a solution each (07: ft_starter), and the
-measurement one check launches (06-2: bucket_counter)."""
+"""The solutions of the exercises that make the learner write code (06-1: ddp_solution, 07-3: ft_solution, 08-3:
+hang_solution, 12-1: local_rank_solution), each the one real file its starter is read out of
+(mnist_helpers.course.starters), and the measurement one check launches (06-2: bucket_counter)."""

@@ -1,4 +1,12 @@
-"""Exercise 07-3, a solution: the starter (ft_starter.py) with its snapshot and its resume written in.
+# exercise: begin
+# | """Exercise 07-3, the starter: a DDP script that saves no snapshot and never resumes. Copy it, then write in
+# | save_snapshot(), load_snapshot() and the three places marked TODO (notebook 07, exercise 07-3).
+# |
+# |     torchrun --standalone --nproc-per-node=2 --max-restarts=1 work/ft_exercise.py \
+# |         --epochs 2 --subset 512 --batch-size 32 --snapshot /tmp/ft.pt --snapshot-every 3 --out /tmp/ft.json
+# | """
+"""Exercise 07-3, a solution: the starter with its snapshot and its resume written in. The starter the learner
+copies (FT_STARTER) is read out of this file: each `# exercise:` region holds its lines as `# |` comments.
 
 The same script as notebook 07's train_ft.py. The check launches it on 2 processes, once uninterrupted and once with
 rank 1 killed (kill -9) after the first snapshot under torchrun --max-restarts, and compares the final weights:
@@ -6,6 +14,7 @@ rank 1 killed (kill -9) after the first snapshot under torchrun --max-restarts, 
     torchrun --standalone --nproc-per-node=2 --max-restarts=1 -m mnist_helpers.workers.exercises.ft_solution \
         --epochs 2 --subset 512 --batch-size 32 --snapshot /tmp/ft.pt --snapshot-every 3 --out /tmp/ft.json
 """
+# exercise: end
 import argparse
 import itertools  # FT: skip the batches of an epoch that were trained before the crash
 import json
@@ -59,20 +68,29 @@ def evaluate(model, X, y, device):
 # the old snapshot (atomic: a kill mid-write leaves the previous snapshot whole, never a torn one). Every rank was
 # seeded alike and draws alike, so rank 0's RNG states are every rank's (ft_train gathers one per rank instead)
 def save_snapshot(path, model, optimizer, scheduler, epoch, step_in_epoch):
+    # exercise: begin
+    # | # TODO: write what the next step depends on: model.module's weights, the optimizer's and the scheduler's state,
+    # | # epoch and step_in_epoch, the RNG states; atomically (a temporary file, then os.replace)
+    # | pass
     state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
              "scheduler": scheduler.state_dict(), "epoch": epoch, "step_in_epoch": step_in_epoch,
              "torch_rng": torch.get_rng_state(), "python_rng": random.getstate()}
     torch.save(state, f"{path}.tmp")
     os.replace(f"{path}.tmp", path)
+    # exercise: end
 
 
 # FT: every rank loads the snapshot onto its own device (map_location) into model.module, optimizer and scheduler
 def load_snapshot(path, model, optimizer, scheduler, device):
+    # exercise: begin
+    # | # TODO: torch.load it with map_location=device, load the three state dicts, return the snapshot (a dict)
+    # | return None
     snap = torch.load(path, map_location=device)
     model.module.load_state_dict(snap["model"])
     optimizer.load_state_dict(snap["optimizer"])
     scheduler.load_state_dict(snap["scheduler"])
     return snap
+    # exercise: end
 
 
 # DDP: each process gets its GPU's index (torchrun's LOCAL_RANK); on a CPU every process uses the CPU
@@ -90,11 +108,14 @@ def main(local_rank):
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.7)  # FT: a schedule, state to save
     # FT: resume from the snapshot, if there is one
     snap, start_epoch, start_step = None, 0, 0
+    # exercise: begin
+    # | # TODO: if args.snapshot exists, load it (load_snapshot) and take start_epoch and start_step from it
     if args.snapshot and os.path.exists(args.snapshot):
         snap = load_snapshot(args.snapshot, model, optimizer, scheduler, device)
         start_epoch, start_step = snap["epoch"], snap["step_in_epoch"]
         if dist.get_rank() == 0:
             print(f"resumed from {args.snapshot}: epoch {start_epoch}, {start_step} steps into it", flush=True)
+    # exercise: end
     start = time.perf_counter()
     first_indices = []  # DDP: what this rank draws first in each epoch (the notebook compares them)
     for epoch in range(start_epoch, args.epochs):  # FT: from the snapshot's epoch
@@ -103,11 +124,17 @@ def main(local_rank):
         model.train()
         # FT: the sampler position: the same order as before the crash (seed + epoch), minus the batches already
         # trained; then the RNG states of that moment, so that dropout draws the masks an uninterrupted run draws
+        # exercise: begin
+        # | skip = 0  # TODO: in the epoch the snapshot was taken in, the steps already done in it
         skip = start_step if epoch == start_epoch else 0
+        # exercise: end
         batches = itertools.islice(loader, skip, None)
+        # exercise: begin
+        # | # TODO: in that epoch, after skipping, restore the snapshot's RNG states
         if snap is not None and epoch == start_epoch:
             torch.set_rng_state(snap["torch_rng"].cpu())
             random.setstate(snap["python_rng"])
+        # exercise: end
         for step, (X_b, y_b) in enumerate(batches, start=skip + 1):  # step: steps done in this epoch
             X_b, y_b = X_b.to(device), y_b.to(device)
             optimizer.zero_grad()

@@ -1,6 +1,17 @@
-"""Exercise 08-3, a solution: the starter (hang_starter.py) with its log all_reduce called by every rank; only the
-print stays under `if rank == 0`. The check launches it on 2 processes under a short --timeout (notebook 08,
-exercise 08-3).
+# exercise: begin
+# | """Exercise 08-3, the starter: a DDP script that hangs at its last log line. Copy it, find the collective that only
+# | one rank calls, and fix it so that every rank finishes and rank 0 logs the loss averaged over the ranks (notebook 08,
+# | exercise 08-3; section 4 shows the bug).
+# |
+# |     torchrun --standalone --nproc-per-node=2 work/hang_exercise.py --timeout 10 --report work/hang_report
+# |
+# | `--timeout` is the process group's: a collective that waits longer than that fails with an error, instead of the
+# | 30 minutes gloo waits by default. The REPORT block writes each process's own losses; leave it as it is.
+# | """
+"""Exercise 08-3, a solution: the starter with its log all_reduce called by every rank; only the print stays under
+`if rank == 0`. The check launches it on 2 processes under a short --timeout (notebook 08, exercise 08-3). The
+starter the learner copies (HANG_STARTER) is read out of this file: each `# exercise:` region holds its lines as
+`# |` comments.
 
     torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.exercises.hang_solution --timeout 10 \
         --report work/hang_report
@@ -8,6 +19,7 @@ exercise 08-3).
 `--timeout` is the process group's: a collective that waits longer than that fails with an error, instead of the
 30 minutes gloo waits by default. The REPORT block writes each process's own losses; leave it as it is.
 """
+# exercise: end
 import argparse
 import datetime
 import json
@@ -43,9 +55,14 @@ def main():
         optimizer.step()
     # the last step's loss, averaged over the ranks, for the log line
     logged = loss.detach().clone()
+    # exercise: begin
+    # | if rank == 0:
+    # |     dist.all_reduce(logged)
+    # |     logged /= world_size
     dist.all_reduce(logged)  # every rank joins the collective: rank 0 alone would wait for the others forever
     logged /= world_size
     if rank == 0:  # only the print is rank 0's
+    # exercise: end
         print(f"final loss {logged.item():.4f} (mean over {world_size} ranks)", flush=True)
 
     if args.out and rank == 0:
