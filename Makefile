@@ -51,16 +51,16 @@ lab: data
 	$(if $(LAB_ROOT),@echo "make lab: you are root (uid 0) so JupyterLab gets --allow-root")
 	$(VENV)/bin/jupyter lab --notebook-dir=$(LAB_DIR) $(LAB_ROOT) $(LAB_ARGS)
 
-# Debian's Chromium for tests/browser (does nothing when present; the browser test skips where it cannot install)
+# Debian's Chromium for tests/system/test_jupyterlab.py (does nothing when present; the browser test skips where it cannot install)
 browser:
 	bash scripts/install_browser.sh
 
-# Debian's Slurm and munge for tests/test_slurm.py, which starts a one-node cluster (does nothing when present;
+# Debian's Slurm and munge for tests/system/test_slurm.py, which starts a one-node cluster (does nothing when present;
 # exit 3 = cannot install here, e.g. not root: the Slurm tests then skip with the reason)
 slurm:
 	bash scripts/slurm/local_cluster.sh install || test $$? = 3
 
-# Every notebook execution of a `make test` is logged here (tests/notebook_runs.py); tests/test_executed_once.py
+# Every notebook execution of a `make test` is logged here (tests/notebook_runs.py); tests/notebooks/test_all_executed_once.py
 # reads it last: each notebook ran whole exactly once, the hosted, browser and AVX2 paths only a few of its cells.
 EXEC_LOG    := $(abspath results/exec-log.jsonl)
 TEST_ENV     = MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) MNIST_EXEC_LOG=$(EXEC_LOG) MNIST_NB_TIMEOUT=$(NB_TIMEOUT) \
@@ -79,62 +79,62 @@ check: data
 	MNIST_DATA_ROOT=$(abspath $(DATA_ROOT)) $(PY) -m pytest tests -m "not ($(STARTS))" $(XDIST) -q \
 	  -p no:cacheprovider --durations=10
 
-# Every test but the notebooks' own runs (tests/test_notebooks.py, and 08's beside the tests that read its records).
-NB_RUNS     := tests/test_notebooks.py tests/test_troubleshoot.py::TestNotebook08
+# Every test but the notebooks' own runs (tests/notebooks/test_all_run.py, and 08's beside the tests that read its records).
+NB_RUNS     := tests/notebooks/test_all_run.py tests/notebooks/test_n08_troubleshoot.py::TestNotebook08
 unit: data browser slurm
-	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/test_notebooks.py \
-	  --deselect tests/test_troubleshoot.py::TestNotebook08 $(XDIST) -ra --durations=25
+	$(TEST_ENV) $(PY) -m pytest tests --ignore=tests/notebooks/test_all_run.py \
+	  --deselect tests/notebooks/test_n08_troubleshoot.py::TestNotebook08 $(XDIST) -ra --durations=25
 
-# Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/test_notebooks.py).
+# Every notebook top to bottom in the quick profile, each once, with nbmake's runner (tests/notebooks/test_all_run.py).
 # `pytest --nbmake notebooks/[0-9]*.ipynb` runs the same notebooks through the nbmake plugin.
 notebooks: data
 	$(TEST_ENV) MNIST_PROFILE=quick $(PY) -m pytest $(NB_RUNS) $(XDIST) -ra --durations=0 -p no:cacheprovider
 
 # An AVX2-only CPU (most laptops: no AVX-512, no AMX, no native bf16), on any x86-64 CPU: oneDNN and ATen limited
 # to AVX2. The unit tests that touch AMP, memory, throughput and the speedrun, then the cells of notebooks 05 and 10
-# whose choices depend on the CPU's instructions (tests/test_avx2_notebooks.py; the notebooks run whole once, natively).
+# whose choices depend on the CPU's instructions (tests/notebooks/test_n05_n10_avx2.py; the notebooks run whole once, natively).
 # torch.compile's on-disk cache is not keyed by ATEN_CPU_CAPABILITY: code cached by a native run, replayed under
 # avx2, computed out-of-bounds indices (torch 2.14.1, measured), so this profile compiles into its own cache.
 AVX2_ENV    := ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 MNIST_EXPECT_AVX2=1 \
                TORCHINDUCTOR_CACHE_DIR=$(abspath results/avx2/inductor-cache)
-AVX2_TESTS  := tests/test_platforms.py tests/test_amp.py tests/test_memory.py tests/test_throughput.py \
-               tests/test_speedrun.py tests/test_autotune.py tests/test_avx2_notebooks.py
+AVX2_TESTS  := tests/system/test_platforms.py tests/notebooks/test_n05_precision.py tests/core/test_memory.py tests/notebooks/test_n01_throughput.py \
+               tests/notebooks/test_n10_speedrun.py tests/notebooks/test_n09_autotune.py tests/notebooks/test_n05_n10_avx2.py
 test-avx2: data
 	$(MAKE) --no-print-directory avx2-tests
 
 # the AVX2 profile's pytest session alone, without the install step: `make test` runs it as one item of its own
-# session (tests/test_avx2_profile.py), beside the other worker's tests instead of after them
+# session (tests/system/test_avx2_profile.py), beside the other worker's tests instead of after them
 avx2-tests:
 	$(AVX2_ENV) $(TEST_ENV) MNIST_RESULTS_DIR=$(abspath results/avx2) \
 	  $(PY) -m pytest $(AVX2_TESTS) -ra -p no:cacheprovider
 
-# mnist_helpers/lessons/nNN/saved.py: the code each notebook marks #@save, copied as written (tests/test_saved.py checks it is current)
+# mnist_helpers/lessons/nNN/saved.py: the code each notebook marks #@save, copied as written (tests/course/test_saved.py checks it is current)
 saved: install
 	$(PY) scripts/build_saved.py
 
 # docs/CLAIMS.md (every claim, its verdict per machine, the evidence) and the README's claims summary, regenerated
-# from results/reference/ (tests/test_claims.py checks both are current)
+# from results/reference/ (tests/course/test_claims.py checks both are current)
 claims: install
 	$(PY) scripts/make_claims.py
 
 # the README's notebook table and docs/INSTRUCTOR.md's runtime table, written from the series registry
-# (mnist_helpers/course/series.py; tests/test_series.py checks both are current)
+# (mnist_helpers/course/series.py; tests/course/test_series.py checks both are current)
 tables: install
 	$(PY) scripts/make_tables.py
 
 # the diagrams in notebooks/figures/ (data-parallel step, ring all-reduce, DistributedSampler, torchrun roles,
-# DDP vs ZeRO-1 vs FSDP memory), drawn with matplotlib; tests/test_diagrams.py checks the script
+# DDP vs ZeRO-1 vs FSDP memory), drawn with matplotlib; tests/course/test_diagrams.py checks the script
 diagrams: install
 	$(PY) scripts/make_diagrams.py
 
 # the README's test command: every test (units, each notebook once, Slurm, the browser, the AVX2 profile as one item:
-# tests/test_avx2_profile.py), then the check that each notebook ran whole exactly once. Phase times: docs/TESTING.md.
+# tests/system/test_avx2_profile.py), then the check that each notebook ran whole exactly once. Phase times: docs/TESTING.md.
 test: data browser slurm
 	@rm -f $(EXEC_LOG)
 	@date +'make test: units, notebooks and the AVX2 profile from %T'
 	$(TEST_ENV) $(PY) -m pytest tests $(XDIST) -ra --durations=40 -p no:cacheprovider
 	@date +'make test: the execution log at %T'
-	$(TEST_ENV) MNIST_EXEC_CHECK=1 $(PY) -m pytest tests/test_executed_once.py -ra -p no:cacheprovider -s -q
+	$(TEST_ENV) MNIST_EXEC_CHECK=1 $(PY) -m pytest tests/notebooks/test_all_executed_once.py -ra -p no:cacheprovider -s -q
 
 # The full profile under nbmake, no time limits (cells of 10 run for minutes); outputs are written into the
 # notebook (--overwrite): `make strip` before committing.

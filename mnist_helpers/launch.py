@@ -42,7 +42,7 @@ RANK_PREFIX_TEMPLATE = "[rank ${rank}] "
 _DOUBLE_PREFIX = re.compile(r"^(\[rank \d+\] )\1")  # workers print "[rank N]" themselves too
 _ROOT_CAUSE = re.compile(r"Root Cause \(first observed failure\):(.*?)={20,}", re.S)
 _TRACEBACK_START = "Traceback (most recent call last):"
-# torch 2.14.1, measured by tests/test_restarts.py (07_scaling_and_multinode shows the rates): after a killed
+# torch 2.14.1, measured by tests/workers/test_bugs_restart_kill.py (07_scaling_and_multinode shows the rates): after a killed
 # worker, --max-restarts often fails while the workers reuse the agent's rendezvous TCP store (torch's default),
 # under --standalone and at a c10d endpoint alike (a hang, or gloo's connectFullMesh against the old port); with
 # this variable set every attempt gets a fresh store and the restarts succeeded in every trial. Elastic membership
@@ -294,7 +294,7 @@ def torchrun(module: str, args=(), nproc: int = 1, timeout: float | None = None,
     Several nodes, restarts, a results path of your own and extra torchrun flags: ``options`` (:class:`LaunchOptions`).
     ``options.max_restarts`` > 0 also sets ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (shown in the printed
     command) unless ``env`` or the environment sets it: without it restarts often fail on torch 2.14
-    (tests/test_restarts.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
+    (tests/workers/test_bugs_restart_kill.py measures the rates). On native Windows it sets ``USE_LIBUV=0`` (also shown) unless
     ``env`` or the environment sets it: Windows builds of torch have no libuv for torchrun's rendezvous store.
     """
     from mnist_helpers.resources import gpu_count  # torch is imported there, so that importing this stays quick

@@ -5,7 +5,7 @@ Every configuration of ``mnist_helpers.lessons.n07.scaling.RESTART_CONFIGS`` (``
 endpoint, each with torch's default TCP-store sharing and with it off, as the launcher runs it) ``--trials`` times,
 interleaved. Each trial launches the worker ``mnist_helpers.workers.bugs.restart_kill`` (plain torch: rank 1 sends
 itself SIGKILL on the first attempt) under ``--max-restarts 2`` and counts a success when the restarted group
-finishes. Prints the rates as a table and the machine's load while they ran; tests/test_restarts.py runs the
+finishes. Prints the rates as a table and the machine's load while they ran; tests/workers/test_bugs_restart_kill.py runs the
 launcher's two configurations on every test run.
 
     python scripts/bench_restarts.py --trials 5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install Debian's headless-capable Chromium for tests/browser (issue 11), only where it is missing and we can.
+# Install Debian's headless-capable Chromium for tests/system/test_jupyterlab.py (issue 11), only where it is missing and we can.
 #   bash scripts/install_browser.sh        # called by `make test`; safe to run again (does nothing then)
 # Playwright drives this system Chromium (executable_path=/usr/bin/chromium); `playwright install` is never used,
 # since it downloads its own browser. Without root or apt-get this prints why and exits 0: the browser test

@@ -12,7 +12,7 @@ document. A claim no reference holds is listed as "not measured yet", never judg
     python scripts/make_claims.py --keep 04_batch_size_and_lr   # copy results/04_...json (a full run) into
                                                                 #   results/reference/<its machine label>/
 
-``tests/test_claims.py`` runs the check, and checks that every number the evidence quotes is held by its file.
+``tests/course/test_claims.py`` runs the check, and checks that every number the evidence quotes is held by its file.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ Each verdict is settled by a notebook's (or a benchmark script's) own measuremen
 run writes `results/NN_<slug>.json` (one schema, `mnist_helpers/course/claims.py`: per claim the verdict computed by code,
 the numbers behind it with their spread, the regime it was tested in, the machine, the date, the CPU share other
 processes took meanwhile), and `python scripts/make_claims.py --keep NN_<slug>` files it as a reference.
-`tests/test_claims.py` fails when this page or the README's summary differs from the generator's output, or when the
+`tests/course/test_claims.py` fails when this page or the README's summary differs from the generator's output, or when the
 evidence quotes a number its file does not hold. Run a notebook in the full profile on your machine and its
 `results/NN_<slug>.json` holds your own verdicts.
 

@@ -9,7 +9,7 @@ Five pictures of how data-parallel training works, drawn with matplotlib (Agg, n
     ddp_zero_fsdp_memory.png  memory per GPU: DDP vs ZeRO-1 vs FSDP (ZeRO-3), replicated vs sharded on 4 ranks
 
     python scripts/make_diagrams.py                 # writes notebooks/figures/*.png
-    python scripts/make_diagrams.py --out /tmp/fig  # somewhere else (tests/test_diagrams.py does)
+    python scripts/make_diagrams.py --out /tmp/fig  # somewhere else (tests/course/test_diagrams.py does)
 
 The output is deterministic: the same matplotlib gives byte-identical files (no date or version in the PNG's
 metadata). The sampler diagram shows what torch's own ``DistributedSampler`` returns, computed when it is drawn.

@@ -6,7 +6,7 @@ written by ``scripts/bench_speedrun.py``).
     python scripts/make_tables.py           # rewrite both tables between their markers
     python scripts/make_tables.py --check   # exit 1 (and show the difference) if either is not current
 
-``tests/test_series.py`` runs the check.
+``tests/course/test_series.py`` runs the check.
 """
 from __future__ import annotations
 

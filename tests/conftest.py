@@ -122,8 +122,8 @@ def pytest_collection_modifyitems(config, items):
 
     `make test` runs on 2 cores with pytest-xdist, ``-n 2 --dist loadscope``: a module's tests go to one worker (its
     fixtures, a hosted venv, a Slurm cluster, a shared torchrun run, are made once), and so do a class's. Each
-    notebook's run is a class of its own (tests/test_notebooks.py), in the module of the tests that read its
-    results where there are any (``TestNotebook08`` in tests/test_troubleshoot.py), so it still executes once."""
+    notebook's run is a class of its own (tests/notebooks/test_all_run.py), in the module of the tests that read its
+    results where there are any (``TestNotebook08`` in tests/notebooks/test_n08_troubleshoot.py), so it still executes once."""
     for item in items:
         if "executed" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("kernel"):
             item.add_marker(pytest.mark.kernel)
@@ -136,7 +136,7 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
-# The AVX2 profile's session (tests/test_avx2_profile.py): `make test-avx2` took 2.5 min on the 2-core AVX2 EPYC
+# The AVX2 profile's session (tests/system/test_avx2_profile.py): `make test-avx2` took 2.5 min on the 2-core AVX2 EPYC
 # (docs/TESTING.md, 2026-12-07); only its place in the order depends on it.
 AVX2_PROFILE_S = 150
 

@@ -1,11 +1,11 @@
-"""The rows of tests/test_exercise_branches.py for the exercises whose learner writes code (issue 48): 02-3 (an
+"""The rows of tests/course/test_exercise_branches.py for the exercises whose learner writes code (issue 48): 02-3 (an
 evaluation function), 03-3 (a faster loader), 04-3 (the warm-up schedule), 05-3 (the accumulation loop), 06-1 (a
 single-device script turned into DDP) and 08-3 (a hang fixed). Each answer is a function or a script such as a learner
 writes, right or with a typical mistake, one row per `return` of the check at least.
 
 The checks of 06-1 and 08-3 launch the learner's script; here their launch is replaced (``patch``) by what the script's
-processes would have reported, so every row is fast. tests/test_exercise_code_launch.py launches the real scripts.
-The same holds for 03-3's measurement (``_loader_speedup``): tests/test_exercises.py times the real thing.
+processes would have reported, so every row is fast. tests/course/test_exercise_code_launch.py launches the real scripts.
+The same holds for 03-3's measurement (``_loader_speedup``): tests/course/test_exercises.py times the real thing.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`make lab` started the way the README says, for tests/test_make_lab.py and tests/browser (issue 24).
+"""`make lab` started the way the README says, for tests/system/test_make_lab.py and tests/system/test_jupyterlab.py (issue 24).
 
 ``readme_lab_line(flag)`` is the README's ``make lab LAB_ARGS="..."`` line that carries ``flag``;
 ``make_lab(line, workdir)`` runs that line in the checkout (a free port in place of the README's 8888), as the

@@ -2,18 +2,18 @@
 `make test` (issue 46) and a test can prove it.
 
 - ``run_whole(path)``: the notebook top to bottom with nbmake's own runner (``nbmake.nb_run.NotebookRun``, what
-  ``pytest --nbmake`` runs), in its folder, with the kernel ``python3``. ``tests/test_notebooks.py`` calls it once
+  ``pytest --nbmake`` runs), in its folder, with the kernel ``python3``. ``tests/notebooks/test_all_run.py`` calls it once
   per notebook through the session fixture ``executed`` (tests/conftest.py); every test that reads a notebook's
   outputs takes them from there.
 - ``run_cells(cells, runner=...)``: a few cells (the smallest set that proves what only that path can test: a
   hosted kernel, the AVX2 profile) in a kernel of the caller's choice.
 - ``run_papermill(path, through, parameters, workdir)``: the notebook's first cells, up to a given one, run by
-  papermill with injected parameters (tests/test_papermill.py).
+  papermill with injected parameters (tests/notebooks/test_all_papermill.py).
 - ``log(...)``: the browser test runs its cells in JupyterLab, not here, and says so with this.
 
 Each execution appends one JSON line to ``$MNIST_EXEC_LOG`` when that is set (`make test` sets it):
 ``{"notebook": stem, "runner": ..., "cells": "all" | [cell indices of the notebook], "pid": ...}``.
-``tests/test_executed_once.py`` reads it at the end of `make test`.
+``tests/notebooks/test_all_executed_once.py`` reads it at the end of `make test`.
 """
 from __future__ import annotations
 

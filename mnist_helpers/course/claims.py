@@ -121,10 +121,10 @@ CATALOG_IDS = {c["id"]: c for c in CATALOG}
 # entry records its rule number (1 when absent); `make claims` shows an entry judged by an earlier rule as such and
 # counts no verdict for it, until that machine reruns the notebook. Raise the number (and say why) whenever a
 # claim's test changes. A GPU run's claims (scripts/device_check.py) are judged again from its kept sections whenever
-# their rule changes (tests/test_device_check.py checks the kept device_check.json is that judgement), so a change
+# their rule changes (tests/system/test_device_check.py checks the kept device_check.json is that judgement), so a change
 # to a GPU rule alone (05.amp_memory_speed at batch 128, 07.workers_4_to_8 on repeated passes only,
 # 01.gpu_memory_enough against the article's 8 GB) leaves no stale entry to flag; kept entries re-judged from their
-# own numbers (lessons' rejudge, tests/test_claims_03.py, tests/test_claims_12.py) record the new number.
+# own numbers (lessons' rejudge, tests/notebooks/test_n03_claims.py, tests/notebooks/test_n12_claims.py) record the new number.
 RULES: dict[str, tuple[int, str, str]] = {
     "03.workers_fraction": (3, "not testable below 4 cores (1/4 to 1/2 of 2 cores is one worker count), else "
                                "judged on the training sweep (>= 90% of the best holds, < 75% outside the spread "

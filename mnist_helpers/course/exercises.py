@@ -4,7 +4,7 @@ Every exercise is defined once, here: its prompt (markdown), the learner's start
 check only runs once an answer is filled in, so an untouched notebook still runs top to bottom), and the solution
 cell. ``scripts/build_exercises.py`` writes the starter cells into ``notebooks/NN_*.ipynb`` (cells marked with the
 metadata key ``exercise``) and the solutions into ``notebooks/solutions/NN_solutions.ipynb`` from this one source,
-and ``tests/test_exercises.py`` runs every solution through its check.
+and ``tests/course/test_exercises.py`` runs every solution through its check.
 
     from mnist_helpers.course.exercises import check_global_batch_size
     check_global_batch_size(4 * 32)      # prints what is right or wrong and why, returns a Feedback

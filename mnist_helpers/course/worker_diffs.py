@@ -10,7 +10,7 @@ its block (a ``try:`` or a ``return`` between two changes is part of the change'
 marker of its own, and a marker comment line inside a changed run opens a new block. Indentation and blank lines do
 not count (a block moved under ``try:`` is the same code), nor do the module docstrings (each file's manual).
 
-``tests/test_worker_progression.py`` enforces it; the notebook prints ``step_report()`` and renders each file
+``tests/workers/test_progression.py`` enforces it; the notebook prints ``step_report()`` and renders each file
 (``source``) and each step's unified diff (``diff``) with syntax highlighting.
 """
 from __future__ import annotations

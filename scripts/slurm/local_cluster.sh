@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A one-node Slurm cluster on this machine, to run scripts/slurm/train.sbatch under a real Slurm (notebook 07,
-# tests/test_slurm.py). Debian's packages (slurmctld, slurmd, slurm-client, munge; 22.05 on Debian 12).
+# tests/system/test_slurm.py). Debian's packages (slurmctld, slurmd, slurm-client, munge; 22.05 on Debian 12).
 #
 #   bash scripts/slurm/local_cluster.sh install          # apt-get the packages if missing (root, Debian/Ubuntu)
 #   bash scripts/slurm/local_cluster.sh start  [DIR]     # write DIR/slurm.conf, start munged, slurmctld, slurmd

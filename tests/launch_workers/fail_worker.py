@@ -1,4 +1,4 @@
-"""Test worker for tests/test_launch.py: rank 1 raises ``ValueError("boom on rank 1")``.
+"""Test worker for tests/core/test_launch.py: rank 1 raises ``ValueError("boom on rank 1")``.
 
 ``@record`` writes the traceback to ``TORCHELASTIC_ERROR_FILE`` so torchrun can report the root cause.
 """

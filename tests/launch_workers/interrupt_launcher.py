@@ -1,4 +1,4 @@
-"""Helper for tests/test_launch.py: a stand-in notebook kernel that launches sleep_worker.py.
+"""Helper for tests/core/test_launch.py: a stand-in notebook kernel that launches sleep_worker.py.
 
     python interrupt_launcher.py PID_DIR
 

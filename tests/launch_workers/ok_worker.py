@@ -1,4 +1,4 @@
-"""Test worker for tests/test_launch.py: every rank all-reduces ``rank + 1``; rank 0 writes the result.
+"""Test worker for tests/core/test_launch.py: every rank all-reduces ``rank + 1``; rank 0 writes the result.
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 tests/launch_workers/ok_worker.py --out r.json
 """

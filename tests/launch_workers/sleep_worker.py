@@ -1,4 +1,4 @@
-"""Test worker for tests/test_launch.py: records its pid, then prints a heartbeat forever.
+"""Test worker for tests/core/test_launch.py: records its pid, then prints a heartbeat forever.
 
     sleep_worker.py --pid-dir DIR    each rank writes DIR/<rank>.pid once it is running
 """

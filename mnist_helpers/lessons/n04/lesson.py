@@ -6,7 +6,7 @@ The article: "double the batch, double the LR" (the linear scaling rule, for SGD
 The lesson's code is written in the notebook's cells (d2l's ``#@save`` style): ``scaled_lr`` (the rules),
 ``warmup_factor`` (the ramp) and ``train_run`` (one run: the loop with ``loss.backward()`` and
 ``optimizer.step()``), and the base settings ``BASE_LR``/``BASE_BATCH``. ``make saved`` copies them into
-``mnist_helpers/lessons/n04/saved.py`` (tests/test_saved.py checks it is current); this module and the harness take them from
+``mnist_helpers/lessons/n04/saved.py`` (tests/course/test_saved.py checks it is current); this module and the harness take them from
 there, so ``scripts/bench_batch_scaling.py`` runs the notebook's code and nothing is written twice.
 
 The measurement harness lives in the core, ``mnist_helpers/lessons/n04/batch_scaling.py`` (shared with

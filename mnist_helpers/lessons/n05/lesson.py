@@ -146,7 +146,7 @@ def leak_demo(num_steps: int = 8, accumulate: str = "tensor", backward: bool = T
     holds its saved activations. ``kept_by_graph`` counts both exactly (``graph_nodes_kept``, ``saved_bytes_kept``);
     ``bytes_after_step`` is the process's meter (RSS on CPU: the allocator's and the OS's noise included).
     On CPU run it in a fresh process (``run_isolated(leak_demo, ...)``): the RSS is the meter there. Run so (the
-    new process imports it by module and name) from notebook 05 and tests/test_memory.py: keep it at module level,
+    new process imports it by module and name) from notebook 05 and tests/core/test_memory.py: keep it at module level,
     its keyword arguments and its JSON-able result.
     """
     if accumulate not in ("tensor", "item"):

@@ -27,7 +27,7 @@ gloo/NCCL all-reduce time per message size and world size, :func:`measured_growt
 **Restarts** (7.2). :func:`restart_trial` runs a plain-torch worker (``RESTART_WORKER``) whose rank 1 kills itself
 under ``torchrun --max-restarts``; :func:`restart_rates` repeats it per configuration of ``RESTART_CONFIGS``
 (``--standalone`` or a c10d endpoint, with or without ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``);
-:func:`record_restarts` writes claim ``07.restarts`` (tests/test_restarts.py).
+:func:`record_restarts` writes claim ``07.restarts`` (tests/workers/test_bugs_restart_kill.py).
 
 Rows are lists of dicts; ``SCALING_TABLE``, ``ALLREDUCE_TABLE``, ``DDP_VARIANTS_TABLE`` and ``RESTARTS_TABLE`` are
 the columns and formats to show them with (``display.show(rows, **SCALING_TABLE)``).

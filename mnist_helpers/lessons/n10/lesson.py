@@ -4,7 +4,7 @@ The measurement harness lives in the core, ``mnist_helpers.lessons.n10.speedrun`
 rows and verdicts, the first-crossing ``time_to_accuracy``, the per-machine settings, the peak), which the scripts
 run too; notebook 10 imports it by its own name. Here:
 
-- ``claims_10``, which judges the notebook's two claims from one measured record (tests/test_claims_10.py).
+- ``claims_10``, which judges the notebook's two claims from one measured record (tests/notebooks/test_n10_claims.py).
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ module is the harness around them:
   out of time before it started);
 - ``verdict``: one word from a measured condition;
 - ``claims_11``: the notebook's claims (all the series' own) judged from what it measured, as the entries
-  ``claims.record`` writes to ``results/11_beyond_data_parallel.json`` (tests/test_claims_11.py).
+  ``claims.record`` writes to ``results/11_beyond_data_parallel.json`` (tests/notebooks/test_n11_claims.py).
 """
 from __future__ import annotations
 

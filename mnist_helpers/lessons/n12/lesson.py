@@ -28,7 +28,7 @@ each error, then asks for NCCL (GPUs only), and returns the JSON it prints.
 
 **The claims**: :func:`claims_12` judges them from one :class:`Measured12` record of the notebook's runs (pure:
 measurements in, the entries ``claims.record`` writes to ``results/12_ddp_in_depth.json`` out;
-tests/test_claims_12.py).
+tests/notebooks/test_n12_claims.py).
 
     from mnist_helpers.lessons.n12.lesson import init_requirements, spawn_like_a_notebook
     spawn_like_a_notebook()["child_error"]   # AttributeError: Can't get attribute 'train' on <module '__main__' ...

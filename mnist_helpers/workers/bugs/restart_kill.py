@@ -1,4 +1,4 @@
-"""The smallest worker that tests ``torchrun --max-restarts`` (notebook 07_scaling_and_multinode, tests/test_restarts.py).
+"""The smallest worker that tests ``torchrun --max-restarts`` (notebook 07_scaling_and_multinode, tests/workers/test_bugs_restart_kill.py).
 
 Plain torch, nothing of the series: join the gloo process group that torchrun prepared, all-reduce, and on the
 first attempt (``TORCHELASTIC_RESTART_COUNT == 0``) let rank ``--die-rank`` send itself SIGKILL (``kill -9``)
