@@ -257,8 +257,9 @@ def snapshot_disagreement(path, views: list) -> SnapshotError:
                          "shared home), or copy the same file to every node")
 
 
-def exit_now(code: int = 0) -> None:
-    """End a worker process at once, after flushing its output, skipping C++ static destructors.
+def exit_now(code: int | None = 0) -> None:
+    """End a worker process at once, after flushing its output, skipping C++ static destructors. ``None`` is 0:
+    torchrun's ``@record`` returns it for a ``SystemExit(0)`` (``--help``).
 
     On torch 2.14.1 (CUDA build on a CPU) a worker that has finished, written its results and destroyed
     its process group sometimes aborts at interpreter shutdown ("terminate called without an active
@@ -268,4 +269,4 @@ def exit_now(code: int = 0) -> None:
     """
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(code)
+    os._exit(0 if code is None else code)

@@ -163,7 +163,7 @@ def isolate_compile_cache() -> str | None:
     ``ATEN_CPU_CAPABILITY``: code compiled by a native run and replayed with ``ATEN_CPU_CAPABILITY=avx2`` computed
     out-of-bounds indices in SpeedNet's max-pool (torch 2.14.1, 2-core EPYC, 2 threads; in four probes a fresh cache
     compiled and ran). A precaution, not a cure: in one benchmark run the compiled candidates failed under avx2 with
-    a fresh cache too, so ``speedrun.time_to_accuracy`` falls back to the eager model and says so.
+    a fresh cache too, so ``speedrun.first_crossing_run`` falls back to the eager model and says so.
     With ``ATEN_CPU_CAPABILITY`` or ``ONEDNN_MAX_CPU_ISA`` set and no cache folder chosen, this sets
     ``TORCHINDUCTOR_CACHE_DIR`` to ``<tmp>/torchinductor_<user>_<isa>``. Call it before the first torch.compile.
     Returns the folder it chose, or None when it left the setting alone."""

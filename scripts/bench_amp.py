@@ -22,8 +22,8 @@ import datetime
 import json
 import time
 
-from mnist_helpers.data import load_mnist
 from mnist_helpers.course.display import show
+from mnist_helpers.data import load_mnist
 from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import check_writable, write_json
 from mnist_helpers.memory import run_isolated

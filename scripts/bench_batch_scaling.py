@@ -43,12 +43,12 @@ import time
 
 import torch
 
-from mnist_helpers.lessons.n04 import batch_scaling as bs
 from mnist_helpers.course import claims
-from mnist_helpers.data import load_mnist
 from mnist_helpers.course.display import show
+from mnist_helpers.data import load_mnist
 from mnist_helpers.errors import ConfigError, cli_entry
 from mnist_helpers.io import check_writable
+from mnist_helpers.lessons.n04 import batch_scaling as bs
 from mnist_helpers.paths import results_dir
 
 NAME = "bench_batch_scaling"

@@ -44,8 +44,8 @@ def main(argv=None) -> int:
 
     import torch
     from mnist_helpers.course.display import show
-    from mnist_helpers.lessons.n03.feeding import feed_rates
     from mnist_helpers.io import check_writable, write_json
+    from mnist_helpers.lessons.n03.feeding import feed_rates
     from mnist_helpers.paths import results_dir
     from mnist_helpers.resources import describe, machine_info
 

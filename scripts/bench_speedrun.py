@@ -39,9 +39,9 @@ from pathlib import Path
 import torch
 
 from mnist_helpers.course import claims
-from mnist_helpers.lessons.n10 import speedrun
 from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import check_writable, write_json
+from mnist_helpers.lessons.n10 import speedrun
 from mnist_helpers.models import build_model
 from mnist_helpers.paths import results_dir
 from mnist_helpers.resources import describe, machine_info

@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mnist_helpers.io import sync_generated  # noqa: E402
 from mnist_helpers.course.series import NOTEBOOKS  # noqa: E402
+from mnist_helpers.io import sync_generated  # noqa: E402
 
 LESSONS = ROOT / "mnist_helpers" / "lessons"
 MARK = "#@save"

@@ -224,7 +224,7 @@ def speedrun_chain(s: Section) -> None:
         if s.dry:  # code paths, not numbers: tiny data, no compilation (minutes on a CPU)
             kw.update(subset=1024, test_subset=500, num_epochs=0.5, eval_every_steps=4)
             recipe = recipe.replace(num_workers=min(recipe.num_workers, 2), compile=False)
-        run = s.run(recipe.name, lambda: speedrun.time_to_accuracy(recipe, (0.99, 0.995), seed=0, device=s.device,
+        run = s.run(recipe.name, lambda: speedrun.first_crossing_run(recipe, (0.99, 0.995), seed=0, device=s.device,
                                                                      **kw))
         if run:
             run["flops_per_train_image"] = 3 * flops_per_image(build_model(recipe.model, recipe.width))
@@ -236,8 +236,8 @@ def speedrun_chain(s: Section) -> None:
 
 def amp(s: Section) -> None:
     """compare_precisions per batch size: IEEE fp32 (TF32 off) first, then TF32, bf16, fp16 + GradScaler."""
-    from mnist_helpers.lessons.n05 import precision
     from mnist_helpers.data import load_mnist
+    from mnist_helpers.lessons.n05 import precision
 
     X, y, Xt, yt = load_mnist(device=s.device, subset=(1024, 500) if s.dry else (16384, 10000))
     wanted = ("fp32", "bf16") if s.dry else ("fp32", "tf32", "bf16", "fp16+scaler", "bf16 channels_last")
@@ -443,8 +443,8 @@ def judge(res: Path):
 
 def _judge_amp(rf, amp: dict | None, gpu: dict, where: str) -> None:
     """05.amp_memory_speed and 01.gpu_memory_enough from section amp, into ``rf``."""
-    from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict
     from mnist_helpers.lessons.n05.precision import ARTICLE_AMP_BATCH, amp_gain, amp_verdict
+    from mnist_helpers.memory import GPU_USABLE_GIB, MEM_FAILS, MEM_HOLDS, gpu_memory_verdict
 
     rows = [r for r in (amp or {}).get("rows", []) if r.get("block_images_per_s")]
     by = {(r["batch_size"], r["mode"]): r for r in rows}

@@ -2,9 +2,9 @@
 import pytest
 import torch
 
+from mnist_helpers.errors import ConfigError
 from mnist_helpers.io import MiB
 from mnist_helpers.lessons.n05.lesson import graph_nodes, leak_demo
-from mnist_helpers.errors import ConfigError
 from mnist_helpers.memory import (CATEGORIES, isolated_target, memory_summary, peak_memory, run_isolated,
                                   state_bytes)
 from mnist_helpers.models import Net

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.course import claims
 from mnist_helpers import paths
+from mnist_helpers.course import claims
 
 REPO = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("make_claims", REPO / "scripts" / "make_claims.py")

@@ -27,8 +27,8 @@ def test_flags_round_trip():
 def test_grad_accum_equals_big_batch_gradient(small_mnist):
     """k micro-batches give the same update as one batch (same optimisation, less memory)."""
     X, y, Xt, yt = small_mnist
-    from mnist_helpers.train import build_training, train_one_epoch
     from mnist_helpers.data import TensorBatches
+    from mnist_helpers.train import build_training, train_one_epoch
     params = []
     for k in (1, 4):
         cfg = TrainConfig(model="net", batch_size=64, grad_accum=k, optimizer="sgd", lr=0.05)

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from mnist_helpers.course import doctor
-from mnist_helpers.resources import usable_cores
 from mnist_helpers.ports import hold_port
+from mnist_helpers.resources import usable_cores
 
 
 @pytest.mark.process

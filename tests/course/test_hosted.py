@@ -100,8 +100,8 @@ def test_every_notebook_starts_with_the_same_short_setup_cell():
 def test_places_outside_a_writable_checkout(monkeypatch, tmp_path):
     """A read-only series, then Kaggle: results in the working directory (or /kaggle/working), data read in place
     from the series when it ships MNIST, else beside the results; the learner's own settings win."""
-    from mnist_helpers.course import hosted
     from mnist_helpers import paths
+    from mnist_helpers.course import hosted
 
     monkeypatch.delenv("MNIST_DATA_ROOT", raising=False)
     monkeypatch.delenv("MNIST_RESULTS_DIR", raising=False)
@@ -135,8 +135,8 @@ def test_places_outside_a_writable_checkout(monkeypatch, tmp_path):
 
 
 def test_prepare_names_the_places_in_one_line_and_sets_them_for_the_workers(monkeypatch, tmp_path, capsys):
-    from mnist_helpers.course import hosted
     from mnist_helpers import paths
+    from mnist_helpers.course import hosted
 
     for name in ("MNIST_DATA_ROOT", "MNIST_RESULTS_DIR", "MNIST_SERIES"):
         monkeypatch.delenv(name, raising=False)

@@ -5,8 +5,8 @@ import multiprocessing
 import pytest
 import torch
 
-from mnist_helpers.lessons.n03 import feeding
 from mnist_helpers.data import make_loader
+from mnist_helpers.lessons.n03 import feeding
 from mnist_helpers.lessons.n03 import lesson as lb
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mnist_helpers.lessons.n04 import batch_scaling
 from mnist_helpers.course import claims
+from mnist_helpers.lessons.n04 import batch_scaling
 from mnist_helpers.lessons.n04 import saved
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mnist_helpers.course import claims
 from mnist_helpers import distributed
+from mnist_helpers.course import claims
+from mnist_helpers.course import worker_diffs
 from mnist_helpers.launch import child_env, torchrun
 from mnist_helpers.lessons.n06 import lesson as l06
-from mnist_helpers.course import worker_diffs
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "06_ddp_fundamentals.ipynb"

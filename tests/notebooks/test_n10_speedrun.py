@@ -127,7 +127,7 @@ def test_every_cpu_recipe_builds_and_trains(name, mnist_root):
     recipe = speedrun.get_recipe(name).replace(compile=False)
     if recipe.data == "dataloader":
         recipe = recipe.replace(num_workers=0)
-    run = speedrun.time_to_accuracy(recipe, targets=(0.2,), eval_every_steps=2, max_steps=4, seed=1,
+    run = speedrun.first_crossing_run(recipe, targets=(0.2,), eval_every_steps=2, max_steps=4, seed=1,
                                     stop_when="never", **TINY)
     assert run["steps"] == 4 and run["evals"][-1]["step"] == 4 and len(run["evals"]) == 2
     assert 0 <= run["final_acc"] <= 1 and run["test_count"] == 200
@@ -138,7 +138,7 @@ def test_every_cpu_recipe_builds_and_trains(name, mnist_root):
 
 def test_unreached_target_is_none_never_a_guess(mnist_root):
     recipe = speedrun.get_recipe("tensors")
-    run = speedrun.time_to_accuracy(recipe, targets=(0.05, 1.0), eval_every_steps=1, max_steps=2, seed=0, **TINY)
+    run = speedrun.first_crossing_run(recipe, targets=(0.05, 1.0), eval_every_steps=1, max_steps=2, seed=0, **TINY)
     assert run["targets"]["1"] is None  # 100% after two steps: not reached, reported as None
     hit = run["targets"]["0.05"]
     assert hit is not None and hit["step"] == 1 and hit["acc"] >= 0.05  # reached at the first evaluation
@@ -147,14 +147,14 @@ def test_unreached_target_is_none_never_a_guess(mnist_root):
 
 def test_stop_when_first(mnist_root):
     recipe = speedrun.get_recipe("tensors")
-    run = speedrun.time_to_accuracy(recipe, targets=(0.01, 1.0), eval_every_steps=1, max_steps=5, seed=0,
+    run = speedrun.first_crossing_run(recipe, targets=(0.01, 1.0), eval_every_steps=1, max_steps=5, seed=0,
                                     stop_when="first", **TINY)
     assert run["steps"] == 1
 
 
 def test_same_seed_same_curve(mnist_root):
     recipe = speedrun.get_recipe("smallnet")
-    a, b = (speedrun.time_to_accuracy(recipe, (0.5,), eval_every_steps=3, max_steps=3, seed=7, **TINY)
+    a, b = (speedrun.first_crossing_run(recipe, (0.5,), eval_every_steps=3, max_steps=3, seed=7, **TINY)
             for _ in range(2))
     assert a["final_acc"] == b["final_acc"]
 
@@ -169,9 +169,9 @@ def test_bad_inputs_say_what_to_do():
     with pytest.raises(ValueError, match="unknown recipe"):
         speedrun.get_recipe("warp-drive")
     with pytest.raises(ValueError, match="targets must be accuracies"):
-        speedrun.time_to_accuracy(speedrun.ARTICLE, targets=(99.0,), **TINY)
+        speedrun.first_crossing_run(speedrun.ARTICLE, targets=(99.0,), **TINY)
     with pytest.raises(ValueError, match="cannot run on cpu"):
-        speedrun.time_to_accuracy(speedrun.get_recipe("graphs"), **TINY)
+        speedrun.first_crossing_run(speedrun.get_recipe("graphs"), **TINY)
 
 
 def test_onecycle_shape():
@@ -371,11 +371,11 @@ def test_notebook_hyp_is_the_module_recipe():
 
 def test_fine_evaluation_near_a_target(mnist_root):
     recipe = speedrun.get_recipe("tensors")
-    run = speedrun.time_to_accuracy(recipe, targets=(0.9999,), eval_every_steps=4, fine_every_steps=1,
+    run = speedrun.first_crossing_run(recipe, targets=(0.9999,), eval_every_steps=4, fine_every_steps=1,
                                     fine_margin=0.99, max_steps=8, seed=0, **TINY)
     steps = [e["step"] for e in run["evals"]]
     assert steps[0] == 4 and steps[1:] == [5, 6, 7, 8]  # within the margin after the first: every step
-    run = speedrun.time_to_accuracy(recipe, targets=(0.9999,), eval_every_steps=4, fine_every_steps=1,
+    run = speedrun.first_crossing_run(recipe, targets=(0.9999,), eval_every_steps=4, fine_every_steps=1,
                                     fine_margin=0.0, max_steps=8, seed=0, **TINY)
     assert [e["step"] for e in run["evals"]] == [4, 8]
 
@@ -392,17 +392,17 @@ def test_a_compiled_step_that_fails_falls_back_to_eager_and_says_so(monkeypatch)
             raise RuntimeError("index -1 is out of bounds for dimension 1 with size 784")
         return forward
 
-    from mnist_helpers.lessons.n10 import speedrun as harness  # time_to_accuracy's module: the names it reads are patched there
+    from mnist_helpers.lessons.n10 import speedrun as harness  # first_crossing_run's module: the names it reads are patched there
 
     monkeypatch.setattr(torch, "compile", broken_compile)
     monkeypatch.setattr(harness.shutil, "which", lambda name: f"/usr/bin/{name}")  # no compiler needed: nothing runs
     recipe = speedrun.get_recipe("compile").replace(amp="none", channels_last=False)
-    run = speedrun.time_to_accuracy(recipe, (0.5,), seed=0, max_steps=4, **TINY)
+    run = speedrun.first_crossing_run(recipe, (0.5,), seed=0, max_steps=4, **TINY)
     assert run["steps"] == 4 and any("compiled step failed" in n and "eager" in n for n in run["notes"])
     assert "(note: the compiled step failed" in speedrun.run_line(run)
     with pytest.raises(RuntimeError, match="out of bounds"):  # an eager recipe's failure is never swallowed
         monkeypatch.setattr(harness, "train_step", lambda *a, **k: broken_compile(None)())
-        speedrun.time_to_accuracy(recipe.replace(compile=False), (0.5,), seed=0, max_steps=4, **TINY)
+        speedrun.first_crossing_run(recipe.replace(compile=False), (0.5,), seed=0, max_steps=4, **TINY)
 
 
 def test_net_label_names_the_net_a_claim_timed():

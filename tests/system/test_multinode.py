@@ -13,8 +13,8 @@ import uuid
 import pytest
 
 from mnist_helpers.launch import LaunchOptions, build_command, torchrun
-from mnist_helpers.ports import free_port
 from mnist_helpers.models import build_model, count_parameters
+from mnist_helpers.ports import free_port
 
 pytestmark = pytest.mark.timeout(240)
 WORKER = "mnist_helpers.workers.progression.ft_train"

@@ -65,7 +65,7 @@ def test_the_rule_catches_unmarked_blocks_double_marks_and_bare_markers():
 
 
 def test_no_bare_markers_and_the_key_lines_are_in_the_workers():
-    """12 shows the files whole: what DDP and torchrun add must be in them, not hidden in the core."""
+    """12 shows the files whole: what DDP and torchrun add must be in them, not hidden in the foundation."""
     for name, _ in STEPS:
         for ln in code_lines(WORKERS / name):
             assert not any(ln.rstrip().endswith(m) for m in ("# DDP:", "# torchrun:")), f"{name}: bare marker: {ln}"

@@ -20,7 +20,7 @@ can compare spreads (``claims.separated``):
 - ``worker_memory`` / ``memory_sweep``: per-worker USS/PSS/RSS (psutil) after a full pass, per start method, to
   test "each worker copies the dataset".
 - ``disk_read_rate``: cold and warm reads of a file, for "the loader bottleneck is often disk I/O".
-- ``feed_rates`` (from the core ``mnist_helpers.lessons.n03.feeding``, which ``scripts/bench_loader.py`` runs too): in-memory
+- ``feed_rates`` (from ``mnist_helpers.lessons.n03.feeding`` beside this module, which ``scripts/bench_loader.py`` runs too): in-memory
   tensor batches (float32, or ``Uint8Batches`` normalised per batch), GPU-resident batches and the DataLoader with
   per-sample transforms, measured side by side.
 - ``drop_last_effect``: what the small last batch does (its gradient noise, BatchNorm with one sample).
@@ -51,10 +51,10 @@ from torch.utils.data import Dataset, Subset, TensorDataset
 
 from mnist_helpers.course.claims import BUSY, separated
 from mnist_helpers.data import MEAN, STD, dataset_tensors, load_mnist, make_loader, mnist_datasets, time_loader
-# what scripts/bench_loader.py measures too (feed_rates, raw_uint8) lives in the core: mnist_helpers.lessons.n03.feeding
-from mnist_helpers.lessons.n03.feeding import Uint8Batches, check_positive_int, first_batches, workers_list
-from mnist_helpers.io import MiB
+# what scripts/bench_loader.py measures too (feed_rates, raw_uint8) lives beside this module: mnist_helpers.lessons.n03.feeding
 from mnist_helpers.course.live import widgets
+from mnist_helpers.io import MiB
+from mnist_helpers.lessons.n03.feeding import Uint8Batches, check_positive_int, first_batches, workers_list
 from mnist_helpers.models import build_model
 from mnist_helpers.resources import usable_cores
 from mnist_helpers.train import select_device, train_with_loader

@@ -9,7 +9,7 @@ The lesson's code is written in the notebook's cells (d2l's ``#@save`` style): `
 ``mnist_helpers/lessons/n04/saved.py`` (tests/course/test_saved.py checks it is current); this module and the harness take them from
 there, so ``scripts/bench_batch_scaling.py`` runs the notebook's code and nothing is written twice.
 
-The measurement harness lives in the core, ``mnist_helpers/lessons/n04/batch_scaling.py`` (shared with
+The measurement harness lives beside this module, ``mnist_helpers/lessons/n04/batch_scaling.py`` (shared with
 ``scripts/bench_batch_scaling.py``); notebook 04 and the tests import it from there: ``fair_plan`` (the runs of a
 fair test: real doublings from the base batch, the same epochs for every batch, a warm-up of about one epoch; plus
 batch 8 against the base batch at equal epochs, and one tiny-step run labelled "where the rule breaks"), ``sweep``
@@ -29,11 +29,11 @@ from typing import Iterable
 
 import pandas as pd
 
-# the measurement harness and the claims' rule live in the core (scripts/bench_batch_scaling.py runs them too):
+# the measurement harness and the claims' rule live beside this module (scripts/bench_batch_scaling.py runs them too):
 # mnist_helpers.lessons.n04.batch_scaling (fair_plan, sweep, judge, ...), imported from there by notebook 04 and the tests
-from mnist_helpers.lessons.n04.batch_scaling import RULES, judge, regime, summary, timing_busy, timing_calls
 from mnist_helpers.course.display import show
 from mnist_helpers.course.live import widgets
+from mnist_helpers.lessons.n04.batch_scaling import RULES, judge, regime, summary, timing_busy, timing_calls
 # the lesson's code, written in the notebook's cells and generated into mnist_helpers/lessons/n04/saved.py (`make saved`)
 from mnist_helpers.lessons.n04.saved import BASE_BATCH
 

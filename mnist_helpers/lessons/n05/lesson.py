@@ -2,7 +2,7 @@
 
 Serves notebook 05. Its measurement harness (``deprecated_amp_warnings``, ``compare_precisions``, ``amp_gain`` and
 ``amp_verdict``, ``accumulated_gradients``, ``accumulation_memory``, ``allocator_fragmentation``,
-``empty_cache_cost``) lives in the core ``mnist_helpers.lessons.n05.precision``, which ``scripts/bench_amp.py`` and
+``empty_cache_cost``) lives beside this module, ``mnist_helpers.lessons.n05.precision``, which ``scripts/bench_amp.py`` and
 ``scripts/device_check.py`` run too; notebook 05 and the tests import them from there. Every training step here is
 ``train.train_step`` (through ``train_one_epoch``); the notebook writes the autocast + GradScaler step out once, which
 is the lesson; memory is measured with the core ``mnist_helpers.memory`` (``peak_memory``, ``run_isolated``).
@@ -50,7 +50,7 @@ from mnist_helpers.course import claims
 from mnist_helpers.io import MiB
 from mnist_helpers.memory import current_bytes
 from mnist_helpers.models import build_model
-# the measurement harness lives in the core (scripts/bench_amp.py and scripts/device_check.py run it too):
+# the measurement harness lives beside this module (scripts/bench_amp.py and scripts/device_check.py run it too):
 # mnist_helpers.lessons.n05.precision (compare_precisions, accumulation_memory, ...), imported from there by notebook 05
 from mnist_helpers.lessons.n05.precision import ARTICLE_AMP_BATCH, amp_gain, amp_verdict, flat_grads
 from mnist_helpers.train import AMP_DTYPES, check_amp, train_step

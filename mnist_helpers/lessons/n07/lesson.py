@@ -12,7 +12,7 @@ processes; 2, 3 and 4 for the all-reduce), so results stay comparable.
 in rounds and :func:`paired_ratios` takes each round's ratio from its own pair; :func:`speedup_verdict` judges
 "1.7-1.9x" on the spread of those ratios (quartiles inside, above, below, or straddling the range).
 
-The measurement harness lives in the core, ``mnist_helpers/lessons/n07/scaling.py`` (shared with ``scripts/bench_scaling.py``,
+The measurement harness lives beside this module, ``mnist_helpers/lessons/n07/scaling.py`` (shared with ``scripts/bench_scaling.py``,
 ``scripts/bench_allreduce.py`` and ``scripts/bench_restarts.py``), and is imported from there: the weak and strong
 scaling sweeps without the loader (``measure_step``, ``weak_scaling``, ``strong_scaling``, ``round_ratios``,
 ``comm_fractions``), the verdicts (``speedup_verdict``, ``comm_verdict``: "negligible" is ``NEGLIGIBLE_SHARE`` of a
@@ -26,7 +26,7 @@ step), what an all-reduce costs (4.4: ``ring_model``, ``ring_growth``, ``ring_vo
 :func:`learner_ddp_script` and :func:`ft_train_differences`; :func:`claims_07`.
 
 Rows are lists of dicts; ``ARTICLE_TABLE`` here, ``scaling.SCALING_TABLE``, ``ALLREDUCE_TABLE``,
-``DDP_VARIANTS_TABLE`` and ``RESTARTS_TABLE`` in the core are the columns and formats to show them with
+``DDP_VARIANTS_TABLE`` and ``RESTARTS_TABLE`` in ``scaling`` are the columns and formats to show them with
 (``display.show(rows, **scaling.SCALING_TABLE)``).
 
     from mnist_helpers.lessons.n07.lesson import article_comparison
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from mnist_helpers import distributed
 from mnist_helpers.distributed import comparison_device
 from mnist_helpers.launch import torchrun
-# the measurement harness and the verdicts live in the core (scripts/bench_scaling.py, bench_allreduce.py and
+# the measurement harness and the verdicts live beside this module (scripts/bench_scaling.py, bench_allreduce.py and
 # bench_restarts.py run them too): mnist_helpers.lessons.n07.scaling (strong_scaling, allreduce_sweep, ring_model, ...), imported
 # from there by notebook 07 and the tests
 from mnist_helpers.lessons.n07.scaling import (ARTICLE_SPEEDUP, MIN_ROUNDS, NEGLIGIBLE_SHARE, RESTART_WORKER, comm_fractions,

@@ -30,7 +30,7 @@ the claim entries ``claims.record`` writes (pure).
 **The OOM checklist.** :func:`oom_checklist` measures each item of the article's list on this machine
 (``mnist_helpers.memory.peak_memory``) and returns one row per item.
 
-**The batch-size finder** (in the core, ``mnist_helpers.memory``, which the ``oom`` worker shares; import it from
+**The batch-size finder** (in the foundation, ``mnist_helpers.memory``, which the ``oom`` worker shares; import it from
 there). ``memory.find_batch_size`` halves from a start until ``fits(batch_size)`` runs without
 an out-of-memory error; ``memory.train_step_probe`` makes such a ``fits`` (one ``mnist_helpers.train.train_step``
 on a random MNIST-shaped batch); ``memory.limit_memory`` makes the memory limit real:
@@ -80,7 +80,7 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import MiB
 from mnist_helpers.launch import LaunchError, build_command, run_guarded, torchrun
 from mnist_helpers.lessons.n05.lesson import graph_nodes  # 05 counts the graph a kept loss holds
-# the batch-size finder lives in the core (mnist_helpers.memory: the oom worker uses it too); main() below runs it
+# the batch-size finder lives in the foundation (mnist_helpers.memory: the oom worker uses it too); main() below runs it
 from mnist_helpers.memory import (MALLOC_ENV, current_bytes, find_batch_size, limit_memory, peak_memory, run_isolated,
                                   train_step_probe)
 from mnist_helpers.models import build_model

@@ -6,7 +6,7 @@ batch size & workers > LR & optimizer > AMP & accumulation > distribution", "rec
 own knowledge base". The notebook writes the profiler and Timer calls out in its cells; this module holds what they
 share with the 2-process worker and the measurement harness.
 
-1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py`` (in the core,
+1. ``torch.profiler`` for the 2-process worker ``mnist_helpers/workers/bench/profile_ddp.py`` (beside this module,
    ``mnist_helpers.lessons.n09.profiling``, which the worker and notebook 09 import): :func:`profile_training` runs
    labelled steps (``data`` / ``forward`` / ``backward`` / ``all-reduce`` / ``optimizer`` via
    ``record_function``, :func:`labelled_step`) under a wait / warm-up / active schedule; :func:`time_breakdown`
@@ -50,15 +50,15 @@ import torch
 from torch.utils.data import Subset
 
 from mnist_helpers import distributed
-from mnist_helpers.data import TensorBatches, load_mnist, make_loader, mnist_datasets
 from mnist_helpers.course.display import show, table
-from mnist_helpers.distributed import comparison_device
 from mnist_helpers.course.experiments import query, to_csv
-from mnist_helpers.launch import torchrun
 from mnist_helpers.course.live import widgets
+from mnist_helpers.data import TensorBatches, load_mnist, make_loader, mnist_datasets
+from mnist_helpers.distributed import comparison_device
+from mnist_helpers.launch import torchrun
 from mnist_helpers.memory import is_oom
 from mnist_helpers.models import build_model
-# the profiling harness and the time-to-accuracy clock live in the core (the profile_ddp worker runs them too):
+# the profiling harness and the time-to-accuracy clock live beside this module (the profile_ddp worker runs them too):
 # mnist_helpers.lessons.n09.profiling (profile_training, time_breakdown, ...), imported from there by notebook 09 and the tests
 from mnist_helpers.lessons.n09.profiling import time_to_accuracy
 from mnist_helpers.resources import usable_cores

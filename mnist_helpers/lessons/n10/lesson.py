@@ -1,8 +1,8 @@
 """The speedrun's lesson code: what notebook 10 uses and no script needs (introduced in 10_speedrun).
 
-The measurement harness lives in the core, ``mnist_helpers.lessons.n10.speedrun`` (recipes, ``fixed_schedule``, the protocol's
-rows and verdicts, the first-crossing ``time_to_accuracy``, the per-machine settings, the peak), which the scripts
-run too; notebook 10 imports it by its own name. Here:
+The measurement code lives beside it, ``mnist_helpers.lessons.n10.speedrun`` (recipes, ``fixed_schedule``, the
+protocol's rows and verdicts, ``first_crossing_run`` (the first-crossing reading), the per-machine settings, the peak), which the
+scripts run too; notebook 10 imports it by its own name. Here:
 
 - ``claims_10``, which judges the notebook's two claims from one measured record (tests/notebooks/test_n10_claims.py).
 """

@@ -1,5 +1,5 @@
 """The speedrun's measurement harness: notebook 10's recipes, time to accuracy and verdicts, shared by the lesson
-(``lessons/n10/lesson``) and the scripts ``scripts/bench_time_to_accuracy.py``, ``scripts/device_check.py``
+(``lessons/n10/lesson``) and the scripts ``scripts/bench_speedrun.py``, ``scripts/device_check.py``
 (its speedrun sections) and ``scripts/make_claims.py`` (introduced in 10_speedrun).
 
 A *recipe* is data (``Recipe``): what to train, on which data path, with which knobs. ``chain()`` is the
@@ -29,7 +29,7 @@ run, share of the measured peak), ``protocol_table``/``show_protocol`` display t
 verdict on the series' targets (claims 10.speedrun_99, 10.speedrun_995: a mean at the target, ``RATIO_TARGETS`` times
 the article's speed, at least ``MIN_SEEDS`` seeds), ``protocol_evidence`` its sentence.
 
-``time_to_accuracy(recipe, targets, eval_every_steps, seed)`` is the earlier, *first-crossing* reading (optimistic:
+``first_crossing_run(recipe, targets, eval_every_steps, seed)`` is the earlier, *first-crossing* reading (optimistic:
 the test set picks the stopping point): it evaluates every ``eval_every_steps`` steps, finer near a target
 (``fine_every_steps`` within ``fine_margin``), and reports the training time to the first evaluation at or above each
 target; ``summarize``, ``summary_table`` and ``show_summary`` show such runs (the kept references, the GPU ladder of
@@ -67,8 +67,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from mnist_helpers.data import TensorBatches, load_mnist, release_workers
 from mnist_helpers.course.display import show, table
+from mnist_helpers.data import TensorBatches, load_mnist, release_workers
 from mnist_helpers.models import MODELS, build_model, flops_per_image
 from mnist_helpers.resources import isolate_compile_cache
 from mnist_helpers.lessons.n10.saved import hyp as HYP  # notebook 10's hyp cell (#@save): the source of the recipes below
@@ -333,7 +333,7 @@ def recipe_changes(recorded: dict, device: str | torch.device = "cpu") -> list[s
 
 
 def earlier_recipe(doc: dict, claim_id: str) -> str | None:
-    """For a kept time-to-accuracy file (``scripts/bench_time_to_accuracy.py``, ``scripts/device_check.sh``): None
+    """For a kept first-crossing file (the earlier ``scripts/bench_time_to_accuracy.py``, ``scripts/device_check.sh``): None
     when the recipe the claim timed is the one this code trains under its name, else a phrase saying what changed
     since. ``make claims`` and notebook 10 label such an entry: its verdict is of an earlier recipe, not of today's."""
     name = CLAIM_RECIPES.get(claim_id)
@@ -991,12 +991,12 @@ def fixed_schedule(recipe: Recipe, seed: int = 0, *, device: str | torch.device 
             "test_count": ev["count"], "notes": run.notes}
 
 
-def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
-                     seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
-                     test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
-                     num_epochs: float | None = None, fine_every_steps: int | None = None,
-                     fine_margin: float = 0.005,
-                     data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
+def first_crossing_run(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), eval_every_steps: int | None = None,
+                       seed: int = 0, *, device: str | torch.device = "auto", subset: int | None = None,
+                       test_subset: int | None = None, max_steps: int | None = None, stop_when: str = "all",
+                       num_epochs: float | None = None, fine_every_steps: int | None = None,
+                       fine_margin: float = 0.005,
+                       data_root=None, on_eval: Callable[[dict], None] | None = None) -> dict:
     """The *first-crossing* measurement (optimistic: the test set picks the stopping point; :func:`fixed_schedule`
     is the field's protocol): train ``recipe`` once and report when each accuracy target was first reached.
 
@@ -1062,7 +1062,7 @@ def time_to_accuracy(recipe: Recipe, targets: Iterable[float] = (0.99, 0.995), e
 
 
 class _Curve:
-    """time_to_accuracy's evaluations: the accuracy curve and the first evaluation at or above each target."""
+    """first_crossing_run's evaluations: the accuracy curve and the first evaluation at or above each target."""
 
     def __init__(self, run: _Run, timer: TrainTimer, targets: list[float], stop_when: str, on_eval):
         self.run, self.timer, self.targets, self.stop_when, self.on_eval = run, timer, targets, stop_when, on_eval

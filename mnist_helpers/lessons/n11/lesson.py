@@ -25,8 +25,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from mnist_helpers.io import MiB
 from mnist_helpers.course.live import widgets
+from mnist_helpers.io import MiB
 from mnist_helpers.memory import peak_memory
 
 STAGES = {"ddp": "ddp", "zero1": "zero1", "zero2": "fsdp2_zero2", "zero3": "fsdp2_zero3"}  # estimator -> worker
