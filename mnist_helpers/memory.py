@@ -28,7 +28,7 @@ on the CUDA caching allocator in ``mnist_helpers.lessons.n05.precision``.
 The batch-size finder (08; the ``oom`` worker runs it): :func:`find_batch_size` halves from a start until
 ``fits(batch_size)`` runs without an out-of-memory error, :func:`train_step_probe` makes such a ``fits`` (one
 ``train_step`` on a random MNIST-shaped batch) and :func:`limit_memory` makes a memory budget real
-(``set_per_process_memory_fraction`` on CUDA, ``RLIMIT_AS`` on CPU: see ``lessons.l08_troubleshooting``, whose
+(``set_per_process_memory_fraction`` on CUDA, ``RLIMIT_AS`` on CPU: see ``lessons.n08.lesson``, whose
 notebook teaches it). ``MALLOC_ENV`` keeps glibc's mmap threshold fixed for a process searching under that cap.
 """
 from __future__ import annotations
@@ -435,7 +435,7 @@ def isolated_target(fn: Callable) -> str:
     new process: a ``ConfigError`` says to pass a function defined at the top of a package module."""
     if isinstance(fn, str) or not callable(fn):
         raise ConfigError(f"run_isolated takes the function itself, got {type(fn).__name__} {fn!r}",
-                          "import the function and pass it: run_isolated(l05_precision_memory.leak_demo, ...)")
+                          "import the function and pass it: run_isolated(l05.leak_demo, ...)")
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not module or not qualname or module == "__main__" or "<" in qualname or "." in qualname:
         where = f"{module}:{qualname}" if module and qualname else repr(fn)

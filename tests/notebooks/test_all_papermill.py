@@ -96,10 +96,10 @@ def test_papermill_reads_every_parameter(path):
 def _plan_note(profile: str) -> str:
     """The world-size note notebook 07 prints for ``profile`` on this machine (its own function, same inputs)."""
     from mnist_helpers.distributed import cuda_gpus
-    from mnist_helpers.lessons.n07 import lesson as l07_scaling
+    from mnist_helpers.lessons.n07 import lesson as l07
     from mnist_helpers.resources import usable_cores
 
-    return l07_scaling.plan(cuda_gpus(), usable_cores(), profile == "quick")["note"]
+    return l07.plan(cuda_gpus(), usable_cores(), profile == "quick")["note"]
 
 
 # stem: (MNIST_PROFILE in the environment, the values papermill injects, the cell that prints the resolved

@@ -1,4 +1,4 @@
-"""Notebook 07's claims, judged by ``l07_scaling.claims_07`` from synthetic measurements (no launch, no training):
+"""Notebook 07's claims, judged by ``l07.claims_07`` (lessons/n07/lesson.py) from synthetic measurements (no launch, no training):
 the GPU claims are "not testable here" on a CPU (their CPU numbers kept as context) and judged both ways on GPUs,
 timings on a busy machine get no verdict, the new rows (7.2's sampler, MPI, cuda:N, mixed GPUs) come out both ways,
 and every number an evidence string quotes is among that claim's numbers."""

@@ -211,14 +211,14 @@ def test_notebook_shows_each_bug_as_code():
     code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     for bug, (worker, fixes) in SHOWN.items():
         if worker == "bugs/omp_threads.py":
-            assert 'ts.command_diff(omp.details["bug_command"], omp.details["fixed_command"])' in code
+            assert 'l08.command_diff(omp.details["bug_command"], omp.details["fixed_command"])' in code
             continue
-        assert f'ts.bug_code("{worker}"' in code, f"08 does not show the broken lines of {bug}"
+        assert f'l08.bug_code("{worker}"' in code, f"08 does not show the broken lines of {bug}"
         if fixes:
-            assert f'ts.fix_diff("{worker}"' in code, f"08 does not show the fix of {bug} as an edit"
-    assert 'ts.command_diff(port.details["commands"]["bug"], port.details["commands"]["fixed"])' in code
+            assert f'l08.fix_diff("{worker}"' in code, f"08 does not show the fix of {bug} as an edit"
+    assert 'l08.command_diff(port.details["commands"]["bug"], port.details["commands"]["fixed"])' in code
     for rec in ("port", "unused", "coll", "evalhang", "spawn", "lr"):
-        assert f"ts.error_excerpt({rec}" in code, f"08 does not print the real message of {rec}"
+        assert f"l08.error_excerpt({rec}" in code, f"08 does not print the real message of {rec}"
 
 
 def test_error_excerpt_prints_the_message_lines():

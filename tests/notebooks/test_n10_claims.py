@@ -1,4 +1,4 @@
-"""Notebook 10's claims under the fixed-schedule protocol, judged by ``l10_speedrun.claims_10`` from synthetic runs
+"""Notebook 10's claims under the fixed-schedule protocol, judged by ``l10.claims_10`` (lessons/n10/lesson.py) from synthetic runs
 (no training): both targets can come out either way (the mean final accuracy, the ratio to the article's recipe,
 the number of seeds), the quick profile never judges, a busy machine gets no verdict, and every number an evidence
 string quotes is among that claim's numbers."""

@@ -1,4 +1,4 @@
-"""Notebook 11's claims, judged by ``l11_beyond_dp.claims_11`` from synthetic measurements (no training, no launch):
+"""Notebook 11's claims, judged by ``l11.claims_11`` (lessons/n11/lesson.py) from synthetic measurements (no training, no launch):
 every verdict can come out both ways, timings on a busy machine get no verdict, and every number an evidence string
 quotes is among that claim's numbers."""
 from __future__ import annotations

@@ -235,6 +235,20 @@ def test_launch_torchrun_takes_at_most_10_parameters():
                                           "move the rarely used ones into launch.LaunchOptions")
 
 
+def lesson_aliases(module: ast.Module) -> list[tuple[str, str]]:
+    """``(nNN, alias)`` for every ``from mnist_helpers.lessons.nNN import lesson as alias``."""
+    return [(node.module.rsplit(".", 1)[1], a.asname or a.name) for node in ast.walk(module)
+            if isinstance(node, ast.ImportFrom) and re.fullmatch(r"mnist_helpers\.lessons\.n\d\d", node.module or "")
+            for a in node.names if a.name == "lesson"]
+
+
+def test_a_notebook_names_its_lesson_after_it():
+    """``from mnist_helpers.lessons.n07 import lesson as l07``: every notebook reads a lesson module as ``lNN``."""
+    found = [f"{rel(path)}: lessons.{nn} imported as {alias!r}" for path in NOTEBOOKS
+             for nn, alias in lesson_aliases(ast.parse(notebook_code(path))) if alias != f"l{nn[1:]}"]
+    assert not found, "name a lesson module lNN (l07 for lessons.n07):\n" + "\n".join(found)
+
+
 def test_the_allow_lists_name_only_what_still_breaks_a_rule():
     long = long_functions()
     private = private_imports()
@@ -261,6 +275,9 @@ def test_the_rules_see_what_they_are_about(tmp_path):
     user = ast.parse("from mnist_helpers.lessons.n99.lesson import core_fn, mine\n"
                      "from mnist_helpers.lessons.n99 import lesson as lx\n"
                      "lx.core_fn(); lx.np.zeros(1); lx.mine()\nmonkeypatch.setattr(lx, 'core_fn', None)\n")
+    assert lesson_aliases(ast.parse("from mnist_helpers.lessons.n07 import lesson as l07, scaling\n"
+                                    "from mnist_helpers.lessons.n08 import lesson as ts\n")) == [("n07", "l07"),
+                                                                                                ("n08", "ts")]
     assert [h.split(": ", 1)[1] for h in reached_through_lessons(user, "u.py", lessons)] == [
         "from mnist_helpers.lessons.n99.lesson import core_fn (defined in mnist_helpers.core.core_fn)",
         "lx.core_fn (defined in mnist_helpers.core.core_fn)"]

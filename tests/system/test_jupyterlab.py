@@ -68,7 +68,7 @@ WIDGET_CELLS = [
     "ds = TensorDataset(torch.randn(512, 1, 28, 28), torch.zeros(512, dtype=torch.long))\n"
     "_ = loader_widget(ds, num_workers=0, batch_size=64, max_batches=4, max_workers=2)",
     # the experiment dashboard of 09, on two made-up rows
-    "from mnist_helpers.lessons import l09_profiling as library\n\n"
+    "from mnist_helpers.lessons.n09 import lesson as library\n\n"
     "rows = [{'notebook': '02', 'name': 'a', 'machine': 'm', 'images_per_s': 1000.0, 'final_test_acc': 0.98},\n"
     "        {'notebook': '04', 'name': 'b', 'machine': 'm', 'images_per_s': 2000.0, 'final_test_acc': 0.97}]\n"
     "library.dashboard(rows)",

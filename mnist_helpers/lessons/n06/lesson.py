@@ -14,7 +14,7 @@ rank and epoch), :func:`by_hand_summary` (``allreduce_by_hand.py``'s ranks).
 
 **The claims**: :func:`claims_06` judges 06.allreduce_average, 06.ddp_hooks and 06.set_epoch from those runs (pure:
 the entries ``claims.record`` writes to ``results/06_ddp_fundamentals.json``). The article's other DDP claims are
-judged by the appendix, notebook 12 (``l12_ddp_in_depth``).
+judged by the appendix, notebook 12 (``lessons.n12.lesson``).
 
     from mnist_helpers.lessons.n06.lesson import find_cuda_initializer
     find_cuda_initializer(["torchvision", "my_module"], path="work")  # who touched CUDA at import, and where

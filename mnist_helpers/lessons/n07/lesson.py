@@ -240,7 +240,7 @@ def ddp_memory(model: str = "net", batch_sizes=(128, 64), threads: int = 1, devi
     and under DDP with ``gradient_as_bucket_view=True``, at each batch size. Measured with the profiler's
     allocation replay (``mnist_helpers.memory.peak_memory``) in a world of one gloo process: DDP's reducer and its
     buckets are the same as at N processes. Call it in a fresh process (``memory.run_isolated``), since it makes a
-    process group: ``run_isolated(l07_scaling.ddp_memory, ...)``. ``device="cuda"``: on GPU 0
+    process group: ``run_isolated(l07.ddp_memory, ...)``. ``device="cuda"``: on GPU 0
     (a one-process nccl group; the CUDA allocator's counters measure the peak)."""
     import os
 

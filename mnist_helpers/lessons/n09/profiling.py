@@ -9,7 +9,7 @@ the tuning-priority runs share with that worker:
   ``optimizer``, :func:`labelled_step`); :func:`allreduce_gradients` is the explicit all-reduce a 2-process run
   puts between backward and the optimizer; :func:`make_batches` the training batches (tensors or a DataLoader);
 - :func:`summarise_events` and :func:`time_breakdown` sum the labels into data wait, compute, communication and
-  other (``lessons.l09_profiling.bottleneck`` reads the result);
+  other (``lessons.n09.lesson.bottleneck`` reads the result);
 - :func:`time_to_accuracy` trains a ``TrainConfig`` until the test accuracy reaches a target, the clock stopped
   while evaluating; with a ``distributed.init_distributed`` context every rank trains under DDP and they agree to
   stop.
