@@ -1,5 +1,4 @@
-"""The one scaffold of the series' bench, beyond and bugs workers (and ``ft_train``): what every worker does
-before and after its own lesson, written once.
+"""The one scaffold of the series' workers: what every worker does before and after its own lesson, written once.
 
 A worker is a module run by torchrun (or as plain ``python -m ...``, a world of one). Around its lesson it
 always does the same four things, which this module names::
@@ -18,10 +17,18 @@ always does the same four things, which this module names::
         ap = parser(__name__, __doc__)                           # prog "python -m <module>", the docstring as help
         ...
 
-The three progression workers of notebook 06 (``single``, ``ddp_spawn``, ``ddp_train``) do not use it: 06 teaches
-the lines this module hides, and shows their diffs. The ``bugs/`` workers join with ``process_group`` (a short
-``timeout_s`` turns a hang into an error) unless the bug lives in joining (``port_in_use``'s fixed MASTER_PORT,
-``restart_kill``'s restarts), and use ``finish``.
+    if __name__ == "__main__":
+        sys.exit(cli())
+
+Every worker starts that way: bench (``allreduce``, ``profile_ddp``: ``exit_now(cli())``), beyond, ``ft_train``, the
+bugs (``cli`` is the reproduction) and 12's demos (one ``@entry`` cli, ``demos/common``'s).
+Exempt, each for its lesson (``OWN_ENTRY`` in tests/system/test_layout.py): ``single``, ``ddp_spawn``, ``ddp_train``
+(whole scripts that write out what this module hides: 12 shows their diffs), ``exercises/`` (the learner's own
+scripts), ``demos/article_ddp`` (the article's script as written), ``bugs/spawn_main`` (the bug is its ``__main__``
+block), ``bugs/local_rank`` (the bug is argparse's own error at its entry, which ``@entry`` would reword under
+torchrun) and ``bugs/restart_kill`` (plain torch: the restart rates measure torch alone). The bugs join with
+``process_group`` (a short ``timeout_s`` turns a hang into an error) unless the bug lives in joining (``port_in_use``);
+their errors are torch's, which ``@entry`` passes through with their tracebacks.
 """
 from __future__ import annotations
 
@@ -81,10 +88,11 @@ def finish(is_main: bool, result: dict, out=None, *lines: str) -> dict:
 def parser(module: str, doc: str | None) -> argparse.ArgumentParser:
     """The worker's argument parser: ``prog`` is how it is run (``python -m <module>``), ``--help`` shows the
     module's docstring as written (its usage examples keep their lines). ``module`` may be ``__name__``: run as
-    ``python -m`` that is ``"__main__"``, and the module's real name is read from its import spec."""
+    ``python -m`` that is ``"__main__"``, and the module's real name is read from its import spec (a package run
+    with ``python -m pkg``, whose spec is ``pkg.__main__``, is named ``pkg``)."""
     if module == "__main__":
         spec = getattr(sys.modules["__main__"], "__spec__", None)
-        module = spec.name if spec else os.path.basename(sys.argv[0])
+        module = spec.name.removesuffix(".__main__") if spec else os.path.basename(sys.argv[0])
     return argparse.ArgumentParser(prog=f"python -m {module}", description=doc,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
 

@@ -135,7 +135,7 @@ def _sources():
 
 
 def test_no_import_by_string():
-    """Functions travel as objects (``run_isolated(l07_scaling.ddp_memory, ...)``), never as "module:function"
+    """Functions travel as objects (``run_isolated(l07.ddp_memory, ...)``), never as "module:function"
     strings that a reader, an IDE and a rename cannot follow: no string literal in the package, scripts, tests or
     notebooks names one, unless a test checks that form on purpose (``STRING_FORM_CHECKED``)."""
     bad = []
@@ -210,3 +210,94 @@ def test_tests_live_by_area():
         elif rel.parts[0] == "notebooks" and not re.match(r"test_(n\d\d_|all_)", path.name):
             bad.append(f"{rel.as_posix()}: a notebook's test is named test_nNN_<topic>.py (or test_all_<topic>.py)")
     assert not bad, "\n".join(bad)
+
+
+# workers/<path> -> why it starts its own way, not on the scaffold (mnist_helpers/worker.py: @entry def cli)
+OWN_ENTRY = {
+    "progression/single.py": "a whole script that writes out the lines the scaffold hides: 12's appendix shows the "
+                             "progression's diffs (tests/workers/test_progression.py checks their markers)",
+    "progression/ddp_spawn.py": "a whole script that writes out the lines the scaffold hides (mp.spawn, setup, "
+                                "cleanup): 12's appendix shows the progression's diffs",
+    "progression/ddp_train.py": "a whole script that writes out the lines the scaffold hides (@record, the process "
+                                "group, torchrun's environment): 12's appendix shows the progression's diffs",
+    "exercises/ddp_solution.py": "the learner's self-contained script: its starter is read out of this file",
+    "exercises/ft_solution.py": "the learner's self-contained script: its starter is read out of this file",
+    "exercises/hang_solution.py": "the learner's self-contained script: its starter is read out of this file",
+    "demos/article_ddp.py": "the article's 5.2 script as written (12 runs and judges it as the article has it)",
+    "bugs/spawn_main.py": "its bug lives in its `if __name__ == \"__main__\":` block: the block's mp.spawn of a "
+                          "function of __main__, run as `python -c` text (a notebook's file-less __main__), is the "
+                          "reproduction and its --fix",
+    "bugs/local_rank.py": "its bug is the article's argparse line at its entry: argparse's own \"unrecognized "
+                          "arguments\" must print as the article's readers see it; cli_entry would route it "
+                          "through one rank's short message under torchrun",
+    "bugs/restart_kill.py": "plain torch, nothing of the series: the restart rates (07.restarts, "
+                            "scripts/bench_restarts.py) measure torchrun and torch alone, so the worker being "
+                            "killed imports no series module (tests/workers/test_bugs_restart_kill.py)",
+}
+DEMOS_COMMON = "mnist_helpers.workers.demos.common"
+
+
+def _main_block(tree: ast.Module, path: Path) -> list[ast.stmt] | None:
+    """The statements under the module's ``if __name__ == "__main__":`` (a package's ``__main__.py``: its whole
+    body); None when it has none."""
+    if path.name == "__main__.py":
+        return tree.body
+    for node in tree.body:
+        if (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__"
+                and [type(op) for op in node.test.ops] == [ast.Eq]
+                and isinstance(node.test.comparators[0], ast.Constant) and node.test.comparators[0].value == "__main__"):
+            return node.body
+    return None
+
+
+def _imported(nodes, name: str) -> set[str]:
+    """The modules ``name`` is imported from (``from M import name``, unrenamed) among ``nodes``."""
+    return {n.module for node in nodes for n in ast.walk(node) if isinstance(n, ast.ImportFrom)
+            for a in n.names if a.name == name and a.asname is None}
+
+
+def entry_problem(path: Path) -> str | None:
+    """Why ``path``'s ``__main__`` does not start the scaffold's way, or None when it does (or has no ``__main__``).
+
+    The scaffold's way: the block calls ``cli(...)``, a module-level function decorated ``@entry`` imported from
+    ``mnist_helpers.worker``; a demo module may call ``cli`` imported from ``mnist_helpers.workers.demos.common``
+    (12's demos share that one entry point, itself ``@entry``). Read with ``ast``: nothing is imported."""
+    tree = ast.parse(path.read_text())
+    block = _main_block(tree, path)
+    if block is None:
+        return None
+    calls = [n for stmt in block for n in ast.walk(stmt)
+             if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "cli"]
+    if not calls:
+        return "its __main__ block calls no cli()"
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "cli"]
+    if defs:
+        decorators = [d.id for d in defs[-1].decorator_list if isinstance(d, ast.Name)]
+        if "entry" not in decorators:
+            return f"its cli is not decorated with @entry (decorators: {decorators or 'none'})"
+        if _imported(tree.body, "entry") != {"mnist_helpers.worker"}:
+            return "its @entry is not imported from mnist_helpers.worker"
+        return None
+    if path.parent.name == "demos" and _imported(tree.body, "cli") == {DEMOS_COMMON}:
+        common = entry_problem(PKG / "workers" / "demos" / "common.py")
+        return f"{DEMOS_COMMON}.cli: {common}" if common else None
+    return f"its cli is neither defined here with @entry nor imported from {DEMOS_COMMON} (a demo)"
+
+
+def test_every_worker_starts_on_the_scaffold():
+    """Every worker with a ``__main__`` starts one way: ``sys.exit(cli())`` (or ``exit_now(cli())``) of an ``@entry``
+    ``cli`` (mnist_helpers/worker.py: torchrun's @record + the series' error boundary), or, for 12's demos, the
+    dispatcher's ``cli`` of ``demos/common`` (itself ``@entry``), unless ``OWN_ENTRY`` says why not. An entry of
+    ``OWN_ENTRY`` that no longer exists, has no ``__main__`` or starts the scaffold's way is stale."""
+    root = PKG / "workers"
+    bad = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        problem = entry_problem(path)
+        if problem and rel not in OWN_ENTRY:
+            bad.append(f"workers/{rel}: {problem}")
+        elif rel in OWN_ENTRY and not problem:
+            bad.append(f"workers/{rel} is in OWN_ENTRY but has no __main__ or starts the scaffold's way: remove it")
+    bad += [f"workers/{rel} is in OWN_ENTRY but does not exist" for rel in OWN_ENTRY if not (root / rel).is_file()]
+    assert not bad, "workers that do not start on the scaffold (@entry def cli):\n" + "\n".join(bad)

@@ -32,15 +32,14 @@ import argparse
 from pathlib import Path
 
 import torch
-from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.models import build_model
 from mnist_helpers.lessons.n09.profiling import (allreduce_gradients, make_batches, profile_training, time_breakdown,
                                      time_to_accuracy)
 from mnist_helpers.train import TrainConfig
+from mnist_helpers.worker import entry, parser
 
 
 def train_to_accuracy(args: argparse.Namespace, ctx) -> dict:
@@ -106,8 +105,7 @@ def main(args: argparse.Namespace) -> dict:
 
 
 def parse(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m mnist_helpers.workers.bench.profile_ddp", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__name__, __doc__)
     ap.add_argument("--model", default="net", help="net, netbn or fastnet")
     ap.add_argument("--batch-size", type=int, default=64, help="images per step, per process")
     ap.add_argument("--subset", type=int, default=2048, help="training images shared out between the ranks")
@@ -140,9 +138,8 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-@record
-@cli_entry  # expected errors: one message with the fix, exit code 2
-def cli(argv=None) -> int:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     main(parse(argv))
     return 0
 

@@ -13,7 +13,7 @@ group's ``timeout`` runs out (30 min by default for gloo, 10 min for nccl). Thre
 - ``--fix`` makes every rank join the log ``all_reduce``, and the run passes.
 
 The broken lines and their fix sit between ``# [bug]`` and ``# [fix]`` marker comments (notebook 08 shows them and
-their diff: ``l08_troubleshooting.fix_diff``).
+their diff: ``l08.fix_diff``).
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 \\
         -m mnist_helpers.workers.bugs.collective_mismatch --timeout 5                 # the bug
@@ -27,19 +27,19 @@ It also serves as the small healthy worker for the backend-error demo (``GLOO_SO
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 
-from mnist_helpers.worker import finish, parser, process_group
+from mnist_helpers.worker import entry, finish, parser, process_group
 
 NUM_GRADS = 1000  # stands in for a model's gradients
 
 
-@record
-def main(argv: list[str] | None = None) -> dict:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", action="store_true", help="every rank joins the log all_reduce")
     ap.add_argument("--where", choices=("loop", "end"), default="loop",
@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": world_size, "steps": args.steps, "seconds": time.perf_counter() - start,
                    "debug": os.environ.get("TORCH_DISTRIBUTED_DEBUG", "OFF"),
                    "gloo_socket_ifname": os.environ.get("GLOO_SOCKET_IFNAME")}
-        return finish(rank == 0, summary, args.out)
+        finish(rank == 0, summary, args.out)
+        return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -30,16 +30,16 @@ That is why the bug hides until a BatchNorm layer appears.
 """
 from __future__ import annotations
 
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.models import build_model
-from mnist_helpers.worker import finish, parser, process_group
+from mnist_helpers.worker import entry, finish, parser, process_group
 
 
 def evaluate(model, X, y) -> float:
@@ -50,8 +50,8 @@ def evaluate(model, X, y) -> float:
     return acc
 
 
-@record
-def main(argv: list[str] | None = None) -> dict:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", choices=("none", "module", "all"), default="none",
                     help="module: rank 0 evaluates model.module; all: every rank evaluates through the wrapper")
@@ -96,8 +96,9 @@ def main(argv: list[str] | None = None) -> dict:
         summary = {"world_size": world_size, "fix": args.fix, "model": args.model, "acc": acc,
                    "buffers": sum(1 for _ in model.module.buffers()),
                    "seconds": time.perf_counter() - start}
-        return finish(rank == 0, summary, args.out, f"all ranks passed the barrier ({args.fix=})")
+        finish(rank == 0, summary, args.out, f"all ranks passed the barrier ({args.fix=})")
+        return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -17,13 +17,15 @@ in front of torchrun (what ``mnist_helpers.launch.torchrun`` does, and shows), o
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
-from mnist_helpers.worker import finish, parser
+from mnist_helpers.worker import entry, finish, parser
 
 
-def main(argv: list[str] | None = None) -> dict:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", action="store_true", help="torch.set_num_threads(cores // LOCAL_WORLD_SIZE)")
     ap.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
@@ -37,8 +39,9 @@ def main(argv: list[str] | None = None) -> dict:
                "under_torchrun": "TORCHELASTIC_RUN_ID" in os.environ, "fix": args.fix}
     print(f"[rank {summary['rank']}] OMP_NUM_THREADS={summary['omp_num_threads_env']} -> torch uses "
           f"{summary['torch_threads']} of {cores} cores", flush=True)
-    return finish(summary["rank"] == 0, summary, args.out)
+    finish(summary["rank"] == 0, summary, args.out)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -18,16 +18,16 @@ module and lessons/n08/lesson for what this does and does not measure). Then:
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
+import sys
 
 import torch
-from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.io import MiB, write_json
 from mnist_helpers.memory import find_batch_size, limit_memory, train_step_probe
 from mnist_helpers.train import select_device, train_step
+from mnist_helpers.worker import entry, parser
 
 
 def train_accumulated(net, opt, batch_size: int, micro_batch_size: int, steps: int, device) -> list[float]:
@@ -42,9 +42,9 @@ def train_accumulated(net, opt, batch_size: int, micro_batch_size: int, steps: i
     return losses
 
 
-@record
-def main(argv: list[str] | None = None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
+    ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", choices=("none", "find"), default="none")
     ap.add_argument("--model", default="net")
     ap.add_argument("--batch-size", type=int, default=4096, help="the batch that does not fit")
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[rank 0] memory capped: {limit}", flush=True)
     if args.fix == "none":
         loss = fits(args.batch_size)  # raises the out-of-memory error
-        return {"batch_size": args.batch_size, "loss": loss}
+        return 0
     search = find_batch_size(fits, args.batch_size)
     if search["batch_size"] is None:
         raise SystemExit(f"not even batch 1 fits in {args.budget_mib} MiB: raise --budget-mib")
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"losses {', '.join(f'{x:.4f}' for x in losses)}", flush=True)
     if args.out:
         write_json(args.out, summary)
-    return summary
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -18,17 +18,17 @@ from __future__ import annotations
 
 import datetime
 import os
+import sys
 
 import torch
 import torch.distributed as dist
-from torch.distributed.elastic.multiprocessing.errors import record
 
 from mnist_helpers.distributed import cleanup
-from mnist_helpers.worker import finish, parser
+from mnist_helpers.worker import entry, finish, parser
 
 
-@record
-def main(argv: list[str] | None = None) -> dict:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--master-port", type=int, default=None,
                     help="fix MASTER_PORT like the article does (the bug); default: torchrun's own port")
@@ -54,11 +54,12 @@ def main(argv: list[str] | None = None) -> dict:
         value = torch.ones(1)
         dist.all_reduce(value)
         summary = {"world_size": world_size, "master_port": port, "all_reduce": value.item()}
-        return finish(rank == 0, summary, args.out,
+        finish(rank == 0, summary, args.out,
                       f"process group up on MASTER_PORT={port}; all_reduce -> {value.item():g}")
+        return 0
     finally:
         cleanup()  # all ranks meet, then leave: a bare destroy can abort a peer's gloo threads (SIGABRT)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import os
 import statistics
+import sys
 import time
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
-from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mnist_helpers.models import build_model
 from mnist_helpers.train import train_step
-from mnist_helpers.worker import finish, parser, process_group
+from mnist_helpers.worker import entry, finish, parser, process_group
 
 FIXES = ("none", "use", "freeze", "find_unused")
 
@@ -98,8 +98,8 @@ def run_steps(fixes: list[str], steps: int, warmup: int, batch_size: int, rank: 
     return times
 
 
-@record
-def main(argv: list[str] | None = None) -> dict:
+@entry  # torchrun's @record + the series' error boundary (an expected error: one message with the fix, exit 2)
+def cli(argv: list[str] | None = None) -> int:
     ap = parser(__name__, __doc__.splitlines()[0])
     ap.add_argument("--fix", choices=(*FIXES, "all"), default="none")
     ap.add_argument("--steps", type=int, default=20, help="timed steps per fix")
@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> dict:
         for fix, times in run_steps(fixes, args.steps, args.warmup, args.batch_size, rank).items():
             rows.append({"fix": fix, "median_step_ms": 1000 * statistics.median(times), "steps": len(times)})
         summary = {"world_size": dist.get_world_size(), "batch_size": args.batch_size, "rows": rows}
-        return finish(rank == 0, summary, args.out, *(
+        finish(rank == 0, summary, args.out, *(
             f"fix={r['fix']}: {r['steps']} steps, median {r['median_step_ms']:.2f} ms/step" for r in rows))
+        return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

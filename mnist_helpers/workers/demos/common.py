@@ -20,11 +20,10 @@ import importlib
 import sys
 import time
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
 from mnist_helpers.io import write_json
 from mnist_helpers.distributed import cleanup, gather_objects, init_distributed
 from mnist_helpers.resources import machine_info
+from mnist_helpers.worker import entry, parser
 
 DEMOS = ("manual_allreduce", "local_rank_bug", "sampler", "seeding", "syncbn", "validation")
 
@@ -63,9 +62,9 @@ def run_demos(names: list[str], args: argparse.Namespace) -> dict:
         cleanup()
 
 
-@record
+@entry  # torchrun's @record + the series' error boundary: the one entry point of every demo
 def cli(argv: list[str] | None = None, default: tuple[str, ...] = DEMOS) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser("__main__", __doc__)  # prog: the module the launch ran (the package, or one demo's module)
     ap.add_argument("--demos", default=",".join(default), help=f"comma-separated, from: {', '.join(DEMOS)}")
     add_arguments(ap)
     args = ap.parse_args(argv)
