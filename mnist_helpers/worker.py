@@ -20,15 +20,10 @@ always does the same four things, which this module names::
     if __name__ == "__main__":
         sys.exit(cli())
 
-Every worker starts that way: bench (``allreduce``, ``profile_ddp``: ``exit_now(cli())``), beyond, ``ft_train``, the
-bugs (``cli`` is the reproduction) and 12's demos (one ``@entry`` cli, ``demos/common``'s).
-Exempt, each for its lesson (``OWN_ENTRY`` in tests/system/test_layout.py): ``single``, ``ddp_spawn``, ``ddp_train``
-(whole scripts that write out what this module hides: 12 shows their diffs), ``exercises/`` (the learner's own
-scripts), ``demos/article_ddp`` (the article's script as written), ``bugs/spawn_main`` (the bug is its ``__main__``
-block), ``bugs/local_rank`` (the bug is argparse's own error at its entry, which ``@entry`` would reword under
-torchrun) and ``bugs/restart_kill`` (plain torch: the restart rates measure torch alone). The bugs join with
-``process_group`` (a short ``timeout_s`` turns a hang into an error) unless the bug lives in joining (``port_in_use``);
-their errors are torch's, which ``@entry`` passes through with their tracebacks.
+Every worker starts that way (bench, beyond, the bugs, ``ft_train``; 12's demos share ``demos/common``'s ``cli``)
+but those whose lesson is the very lines this module hides: ``OWN_ENTRY`` in tests/system/test_layout.py names
+each with its reason. The bugs join with ``process_group`` (a short ``timeout_s`` turns a hang into an error) unless
+the bug lives in joining (``port_in_use``); their errors are torch's, which ``@entry`` passes through.
 """
 from __future__ import annotations
 
