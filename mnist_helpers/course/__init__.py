@@ -1,1 +1,2 @@
-"""The series machinery: the claims framework, exercises, the notebook registry, generators and the hosted bootstrap (docs/MAINTAINING.md draws the layers)."""
+"""The series machinery: the claims framework, exercises, the notebook registry, generators and the hosted
+bootstrap (docs/MAINTAINING.md, "The package")."""

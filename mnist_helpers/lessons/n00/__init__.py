@@ -1,1 +1,1 @@
-"""Notebook 00 (00_setup_and_data.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 00 (00_setup_and_data.ipynb): its ``lesson`` module and the code its scripts share."""

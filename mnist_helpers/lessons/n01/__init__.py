@@ -1,1 +1,1 @@
-"""Notebook 01 (01_resource_inspection.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 01 (01_resource_inspection.ipynb): its ``lesson`` module and the code its scripts share."""

@@ -1,1 +1,1 @@
-"""Notebook 02 (02_single_device_baseline.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 02 (02_single_device_baseline.ipynb): its ``lesson`` module and the code its scripts share."""

@@ -1,1 +1,1 @@
-"""Notebook 03 (03_dataloader_tuning.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 03 (03_dataloader_tuning.ipynb): its ``lesson`` module and the code its scripts share."""

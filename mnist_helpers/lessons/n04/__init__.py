@@ -1,1 +1,1 @@
-"""Notebook 04 (04_batch_size_and_lr.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 04 (04_batch_size_and_lr.ipynb): its ``lesson`` module and the code its scripts share."""

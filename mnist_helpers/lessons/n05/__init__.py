@@ -1,1 +1,1 @@
-"""Notebook 05 (05_mixed_precision_and_memory.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 05 (05_mixed_precision_and_memory.ipynb): its ``lesson`` module and the code its scripts share."""

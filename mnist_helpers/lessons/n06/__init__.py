@@ -1,1 +1,1 @@
-"""Notebook 06 (06_ddp_fundamentals.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 06 (06_ddp_fundamentals.ipynb): its ``lesson`` module and the code its scripts share."""

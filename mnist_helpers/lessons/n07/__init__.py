@@ -1,1 +1,1 @@
-"""Notebook 07 (07_scaling_and_multinode.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 07 (07_scaling_and_multinode.ipynb): its ``lesson`` module and the code its scripts share."""

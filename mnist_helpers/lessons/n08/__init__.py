@@ -1,1 +1,1 @@
-"""Notebook 08 (08_troubleshooting.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 08 (08_troubleshooting.ipynb): its ``lesson`` module and the code its scripts share."""

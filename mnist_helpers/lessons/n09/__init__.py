@@ -1,1 +1,1 @@
-"""Notebook 09 (09_profiling_and_autotune.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 09 (09_profiling_and_autotune.ipynb): its ``lesson`` module and the code its scripts share."""

@@ -1,1 +1,1 @@
-"""Notebook 10 (10_speedrun.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 10 (10_speedrun.ipynb): its ``lesson`` module and the code its scripts share."""

@@ -1,1 +1,1 @@
-"""Notebook 11 (11_beyond_data_parallel.ipynb): its lesson module (``lesson``) and the measurement code its scripts share."""
+"""Notebook 11 (11_beyond_data_parallel.ipynb): its ``lesson`` module and the code its scripts share."""
