@@ -672,9 +672,9 @@ def _run_ddp_exercise(text: str) -> tuple[list | None, str | None]:
 
 
 def check_ddp_script(answer) -> Feedback:
-    """06-1: ``ddp_starter.py`` (a single-device script) turned into a DDP script; launched on 2 processes: disjoint
-    shards that cover the training images, a new order each epoch, identical final weights, every test image
-    counted once."""
+    """06-1: ``DDP_STARTER`` (a single-device script, read out of ``ddp_solution.py``) turned into a DDP script;
+    launched on 2 processes: disjoint shards that cover the training images, a new order each epoch, identical final
+    weights, every test image counted once."""
     text = _script_text(answer)
     if text is None:
         return _say(False, f"expected the path of your script (\"work/ddp_exercise.py\"), got {type(answer).__name__}.")
@@ -861,7 +861,8 @@ def _kill_and_resume(text: str) -> tuple[dict | None, str | None]:
 
 
 def check_snapshot_resume(answer) -> Feedback:
-    """07-3: snapshot and resume written into ``ft_starter.py``; launched, killed, resumed, compared."""
+    """07-3: snapshot and resume written into ``FT_STARTER`` (read out of ``ft_solution.py``); launched, killed,
+    resumed, compared."""
     text = _script_text(answer)
     if text is None:
         return _say(False, f"expected the path of your script (\"work/ft_exercise.py\"), got {type(answer).__name__}.")
@@ -949,8 +950,9 @@ def _run_hang_exercise(text: str) -> tuple[list | None, str | None]:
 
 
 def check_hang_fix(answer) -> Feedback:
-    """08-3: ``hang_starter.py`` (rank 0 alone calls the log line's all_reduce) fixed; launched on 2 processes under a
-    short timeout: it must finish, and rank 0 must log the loss averaged over the ranks."""
+    """08-3: ``HANG_STARTER`` (read out of ``hang_solution.py``; rank 0 alone calls the log line's all_reduce) fixed;
+    launched on 2 processes under a short timeout: it must finish, and rank 0 must log the loss averaged over the
+    ranks."""
     text = _script_text(answer)
     if text is None:
         return _say(False, f"expected the path of your script (\"work/hang_exercise.py\"), got {type(answer).__name__}.")
@@ -1114,8 +1116,8 @@ def check_colwise_local_shape(answer) -> Feedback:
 
 # ------------------------------------------------------------------------------------------ 12 DDP in depth
 def check_local_rank_fix(answer) -> Feedback:
-    """12-1: ``local_rank_starter.py`` (a worker that reads the article's ``--local_rank``) fixed to read torchrun's
-    LOCAL_RANK; launched on 2 processes, it must name one GPU per process."""
+    """12-1: ``LOCAL_RANK_STARTER`` (read out of ``local_rank_solution.py``: a worker that reads the article's
+    ``--local_rank``) fixed to read torchrun's LOCAL_RANK; launched on 2 processes, it must name one GPU per process."""
     text = _script_text(answer)
     if text is None:
         return _say(False, f"expected the path of your fixed script (\"work/local_rank_exercise.py\") or its text, "
