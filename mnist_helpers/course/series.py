@@ -173,8 +173,8 @@ NOTEBOOKS: tuple[Notebook, ...] = (
                'torchrun sets instead; `DistributedSampler` and `set_epoch` over all 60,000 images with 2 and 3 '
                'processes; seeding (DDP equalises the weights, one seed repeats the augmentation); SyncBatchNorm vs '
                'BatchNorm against one process; validation three ways, counted and timed; what `init_process_group` '
-               "needs, NCCL vs gloo; DP vs DDP (2+ GPUs); the series' worker progression started with `mp.spawn` and "
-               "torchrun; the article's 5.2 script as written; `mp.spawn` of a notebook function"),
+               "needs, NCCL vs gloo; DP vs DDP (2+ GPUs); the series' DDP worker started with `mp.spawn` and torchrun;"
+               " the article's 5.2 script as written; `mp.spawn` of a notebook function"),
         quick='66-102 s (EPYC with AVX-512, 2026-12-07, other jobs beside it: load average 2-6)',
         full=('3.5 min (EPYC with AVX-512, 2026-12-07, not quiet: load average 6.7-9.3)'),
         gpu='not measured yet'),

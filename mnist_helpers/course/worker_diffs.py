@@ -1,17 +1,18 @@
-"""The worker progression single.py -> ddp_spawn.py -> ddp_train.py, checked and shown (12_ddp_in_depth); the
-same rule for the learner's scripts (06: train_single.py -> train_ddp.py, ``# DDP:``; 07: -> train_ft.py, ``# FT:``).
+"""The diff rule of the learner's progression (06: train_single.py -> train_ddp.py, ``# DDP:``; 07: -> train_ft.py,
+``# FT:``), checked and shown; and the series' workers shown whole (12: ``ddp_train.py``; 07: ``ft_train.py``).
 
 Each step keeps the previous one's code and marks what it changes **once per block**, as huggingface/accelerate's
 examples do: every block of added, changed or removed lines carries exactly one marker comment with its reason
-(``# DDP: ...`` in ddp_spawn, ``# torchrun: ...`` in ddp_train), on its own line above the block or at the end of a
+(``# DDP: ...`` in train_ddp.py, ``# FT: ...`` in train_ft.py), on its own line above the block or at the end of a
 one-line change. A removal leaves a marker comment where the lines were. A marker must say something: a bare
 ``# DDP:`` is an error. Blocks are the diff's changed runs; a run only 1-2 unchanged lines after the previous one continues
 its block (a ``try:`` or a ``return`` between two changes is part of the change's story) unless it opens with a
 marker of its own, and a marker comment line inside a changed run opens a new block. Indentation and blank lines do
 not count (a block moved under ``try:`` is the same code), nor do the module docstrings (each file's manual).
 
-``tests/workers/test_progression.py`` enforces it; the notebook prints ``step_report()`` and renders each file
-(``source``) and each step's unified diff (``diff``) with syntax highlighting.
+``tests/workers/test_progression.py`` tests the rule and ``tests/notebooks/test_n06_ddp_in_cells.py`` holds 06's
+scripts to it; the notebooks print the counts and render each step's unified diff (``diff``) and each file
+(``source``) with syntax highlighting.
 """
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ import difflib
 import re
 from pathlib import Path
 
-WORKERS = Path(__file__).resolve().parents[1] / "workers" / "progression"
-STEPS = (("single.py", None), ("ddp_spawn.py", "# DDP:"), ("ddp_train.py", "# torchrun:"))
-MARKERS = tuple(m for _, m in STEPS if m) + ("# FT:",)  # and 07: the learner's train_ddp.py -> train_ft.py
+WORKERS = Path(__file__).resolve().parents[1] / "workers" / "progression"  # ddp_train.py, ft_train.py
+MARKERS = ("# DDP:", "# FT:")  # 06: train_single.py -> train_ddp.py; 07: train_ddp.py -> train_ft.py
 BRIDGE = 2  # changed runs at most this many unchanged lines apart form one block
 
 
@@ -89,16 +89,6 @@ def diff_counts(prev: list[str], new: list[str]) -> dict:
             dropped += i2 - i1
     return {"kept": kept, "added_or_changed": added, "dropped_or_replaced": dropped,
             "blocks": len(blocks(prev, new))}
-
-
-def step_report(workers: Path = WORKERS) -> list[dict]:
-    """One row per step: lines kept, added/changed, dropped, blocks, and the rule's violations."""
-    rows = []
-    for (prev_name, _), (name, marker) in zip(STEPS, STEPS[1:]):
-        prev, new = code_lines(workers / prev_name), code_lines(workers / name)
-        rows.append({"step": f"{prev_name} -> {name}", "marker": marker, "lines": len(new),
-                     **diff_counts(prev, new), "violations": unmarked_changes(prev, new, marker)})
-    return rows
 
 
 # --------------------------------------------------------------------------- on screen

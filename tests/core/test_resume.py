@@ -1,7 +1,7 @@
 """Resuming from a snapshot (issue 38): loaded onto the CPU whatever the device, OneCycle's horizon checked, and
 the ranks of a multi-node run agreeing on the file before any of them loads it.
 
-The single-process tests run the worker of 06 in this process (``single.main``); the two-process ones launch
+The single-process tests run ``ddp_train`` in this process (a world of one); the two-process ones launch
 ``ddp_train`` and ``ft_train`` under torchrun (gloo), each rank with a snapshot folder of its own
 (``tests/dist_workers/own_disk.py``), as on nodes that share no filesystem.
 """
@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from mnist_helpers.distributed import DistContext
 from mnist_helpers.errors import SnapshotError
 from mnist_helpers.launch import LaunchError, torchrun
 from mnist_helpers.train import TrainConfig, check_run, load_snapshot
-from mnist_helpers.workers.progression import single
+from mnist_helpers.workers.progression import ddp_train
 
 HERE = Path(__file__).resolve().parents[1]  # tests/
 pytestmark = pytest.mark.timeout(300)
@@ -35,10 +36,10 @@ def _losses(run: dict) -> list:
 def test_resume_with_more_epochs_equals_an_uninterrupted_run(tmp_path, mnist_root):
     """Constant learning rate: 1 epoch, then the same command with --epochs 2 resumes there, and ends bit for bit
     where an uninterrupted 2-epoch run ends (model, optimizer and RNG states came back)."""
-    full = single.main(_cfg(mnist_root, num_epochs=2))
+    full = ddp_train.main(_cfg(mnist_root, num_epochs=2))
     snap = tmp_path / "s.pt"
-    first = single.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
-    resumed = single.main(_cfg(mnist_root, num_epochs=2), snapshot=str(snap))
+    first = ddp_train.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
+    resumed = ddp_train.main(_cfg(mnist_root, num_epochs=2), snapshot=str(snap))
     assert _losses(resumed)[0] == _losses(first)[0]  # epoch 1 came from the snapshot
     assert _losses(resumed) == _losses(full)
     assert resumed["param_digests"] == full["param_digests"]
@@ -50,17 +51,17 @@ def test_a_snapshot_loads_onto_the_cpu_whatever_the_device(tmp_path, mnist_root)
     Without a GPU the trainer is told its device is cuda (the model stays on the CPU): the old code then asked
     torch.load for cuda and failed; with a GPU this is the real thing."""
     snap = tmp_path / "s.pt"
-    single.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
+    ddp_train.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
     saved = torch.load(snap, weights_only=True)
     cfg = _cfg(mnist_root, num_epochs=2)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    batches = single.prepare_batches(cfg, device)
-    tr, test_set = single.load_train_objs(cfg, device, steps_per_epoch=len(batches))
+    batches = ddp_train.prepare_batches(cfg, device, 0, 1)
+    tr, test_set = ddp_train.load_train_objs(cfg, device, steps_per_epoch=len(batches))
     if device.type == "cpu":
         tr = dataclasses.replace(tr, device=torch.device("cuda"))
     torch.manual_seed(12345)  # a state the resume must replace
 
-    trainer = single.Trainer(cfg, tr, batches, test_set, snap)
+    trainer = ddp_train.Trainer(cfg, tr, batches, test_set, snap, DistContext(0, 0, 1, None, device))
 
     assert trainer.epochs_run == 1 and trainer.steps_run == 4
     state = torch.get_rng_state()
@@ -88,9 +89,9 @@ def test_onecycle_refuses_a_longer_horizon_with_the_fix(tmp_path, mnist_root, ch
     # 512 images: 8 steps per epoch (OneCycleLR divides by zero at total_steps=4 with pct_start=0.25)
     cfg = _cfg(mnist_root, subset=512, scheduler="onecycle", optimizer="sgd", lr=0.05, **saved)
     snap = tmp_path / "one.pt"
-    first = single.main(cfg, snapshot=str(snap))
+    first = ddp_train.main(cfg, snapshot=str(snap))
     longer = cfg.replace(**{**changes, "num_epochs": 2})
-    for attempt in (lambda: check_run(longer, 1, snapshot=str(snap)), lambda: single.main(longer, snapshot=str(snap))):
+    for attempt in (lambda: check_run(longer, 1, snapshot=str(snap)), lambda: ddp_train.main(longer, snapshot=str(snap))):
         with pytest.raises(SnapshotError) as err:
             attempt()
         text = str(err.value)
@@ -99,14 +100,14 @@ def test_onecycle_refuses_a_longer_horizon_with_the_fix(tmp_path, mnist_root, ch
             assert needle in text, (needle, text)
     # the same horizon still resumes (at its end here: nothing left to train); a constant learning rate may train
     # on with more epochs (test_resume_with_more_epochs_equals_an_uninterrupted_run)
-    assert single.main(cfg, snapshot=str(snap))["history"] == first["history"]
+    assert ddp_train.main(cfg, snapshot=str(snap))["history"] == first["history"]
 
 
 def test_a_scheduler_change_is_named_once(tmp_path, mnist_root):
     """A snapshot without a schedule, resumed with onecycle: the scheduler differs, which says it all (no horizon)."""
     cfg = _cfg(mnist_root, num_epochs=1)
     snap = tmp_path / "s.pt"
-    single.main(cfg, snapshot=str(snap))
+    ddp_train.main(cfg, snapshot=str(snap))
     with pytest.raises(SnapshotError) as err:
         load_snapshot(snap, cfg.replace(scheduler="onecycle", num_epochs=3))
     assert "scheduler: snapshot 'none', this run 'onecycle'" in str(err.value)
@@ -120,7 +121,7 @@ def test_agreement_alone_and_the_message_for_ranks_that_disagree(tmp_path, mnist
 
     snap = tmp_path / "s.pt"
     assert agree_on_snapshot(snap) is False
-    single.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
+    ddp_train.main(_cfg(mnist_root, num_epochs=1), snapshot=str(snap))
     assert agree_on_snapshot(snap) is True
     seen = snapshot_seen(snap)
     assert seen[0] == 4

@@ -106,16 +106,16 @@ def _flag_cases(tmp: Path) -> list[Case]:
     """Flags out of range, wrong types, unknown choices."""
     return [
         Case("epochs_zero", [W + "ddp_train", "--epochs", "0", *QUICK], ["num_epochs must be a positive integer, got 0"]),
-        Case("batch_not_int", [W + "single", "--batch-size", "lots"], ["--batch-size", "invalid int value: 'lots'"]),
-        Case("lr_negative", [W + "single", "--lr", "-1", *QUICK], ["lr must be a positive finite number, got -1.0"]),
+        Case("batch_not_int", [W + "ddp_train", "--batch-size", "lots"], ["--batch-size", "invalid int value: 'lots'"]),
+        Case("lr_negative", [W + "ddp_train", "--lr", "-1", *QUICK], ["lr must be a positive finite number, got -1.0"]),
         Case("unknown_model", [W + "ddp_train", "--model", "resnet50"], ["model must be one of", "'resnet50'"]),
-        Case("unknown_amp", [W + "single", "--amp", "fp8", *QUICK], ["amp must be one of none, bf16, fp16", "'fp8'"]),
+        Case("unknown_amp", [W + "ddp_train", "--amp", "fp8", *QUICK], ["amp must be one of none, bf16, fp16", "'fp8'"]),
         Case("grad_accum_uneven", [W + "ft_train", *QUICK, "--grad-accum", "3"],
              ["batch_size (64) must be divisible by grad_accum (3)"]),
-        Case("subset_too_big", [W + "single", "--model", "fastnet", "--subset", "70000"],
+        Case("subset_too_big", [W + "ddp_train", "--model", "fastnet", "--subset", "70000"],
              ["subset must be at most 60000", "70000"]),
         Case("unknown_flag", [W + "ddp_train", "--num_epochs", "1"], ["unrecognized arguments: --num_epochs"]),
-        Case("spawn_zero_procs", [W + "ddp_spawn", "--nproc", "0", *QUICK], ["--nproc must be a positive integer, got 0"]),
+        Case("spawn_zero_procs", [W + "ddp_train", "--spawn", "0", *QUICK], ["--spawn must be a positive number of processes, got 0"]),
         Case("ft_snapshot_every_negative", [W + "ft_train", "--snapshot-every", "-1", *QUICK], ["--snapshot-every must be >= 0"]),
         Case("ft_die_without_snapshot", [W + "ft_train", "--die-at-step", "3", *QUICK], ["--die-at-step needs --snapshot"]),
         Case("ft_stop_file_without_snapshot", [W + "ft_train", "--stop-file", str(tmp / "stop"), *QUICK],
@@ -130,7 +130,7 @@ def _machine_cases(out: str) -> list[Case]:
     """This machine lacks what was asked for."""
     no_gpu = "this machine has a GPU" if HAS_CUDA else None
     return [
-        Case("cuda_without_gpu", [W + "single", "--device", "cuda", *QUICK], ["device 'cuda' was asked for", "not available here", "--device cpu"],
+        Case("cuda_without_gpu", [W + "ddp_train", "--device", "cuda", *QUICK], ["device 'cuda' was asked for", "not available here", "--device cpu"],
              skip=no_gpu),
         Case("nccl_without_gpu", [W + "ddp_train", "--backend", "nccl", *QUICK],
              ["--backend nccl needs one CUDA GPU per process", "--backend gloo"], skip=no_gpu),
@@ -145,7 +145,7 @@ def _data_cases(tmp: Path, roots: dict[str, Path], a_file: Path, out: str) -> li
     return [
         Case("data_missing", [W + "ddp_train", "--data-root", str(tmp / "nowhere"), *QUICK, "--out", out.format("dm")],
              ["train-images-idx3-ubyte is missing", "fix: run `make data`"], outputs=[out.format("dm")], fresh=True),
-        Case("data_partial", [W + "single", "--data-root", str(roots["partial"]), *QUICK],
+        Case("data_partial", [W + "ddp_train", "--data-root", str(roots["partial"]), *QUICK],
              ["t10k-images-idx3-ubyte is missing", "t10k-labels-idx1-ubyte is missing", "make data"]),
         Case("data_truncated", [W + "ddp_train", "--data-root", str(roots["truncated"]), *QUICK],
              ["t10k-images-idx3-ubyte is truncated", "expected 7,840,016", "make data"]),
@@ -153,7 +153,7 @@ def _data_cases(tmp: Path, roots: dict[str, Path], a_file: Path, out: str) -> li
              ["train-labels-idx1-ubyte is corrupt: md5", "make data"]),
         Case("data_root_is_file", [W + "ddp_train", "--data-root", str(a_file), *QUICK],
              [f"the data root {a_file} is a file, not a folder"]),
-        Case("dataloader_route_flipped", [W + "single", "--loader", "dataloader", "--data-root", str(roots["flipped"]), *QUICK],
+        Case("dataloader_route_flipped", [W + "ddp_train", "--loader", "dataloader", "--data-root", str(roots["flipped"]), *QUICK],
              ["train-labels-idx1-ubyte is corrupt"]),
         Case("data_cli_root_uncreatable", ["mnist_helpers.data", "--root", str(a_file / "sub"), "--offline"],
              ["cannot create the data folder", "python -m mnist_helpers.data --root data"], fresh=True),
@@ -167,7 +167,7 @@ def _output_cases(tmp: Path, a_file: Path, out: str) -> list[Case]:
     return [
         Case("out_under_a_file", [W + "ddp_train", *QUICK, "--out", str(a_file / "sub" / "out.json")],
              ["--out", "cannot be created", f"{a_file} is a file, not a folder"], outputs=[str(a_file / "sub" / "out.json")], fresh=True),
-        Case("out_in_proc", [W + "single", *QUICK, "--out", "/proc/mnist_out.json"], ["--out /proc/mnist_out.json cannot be written"]),
+        Case("out_in_proc", [W + "ddp_train", *QUICK, "--out", "/proc/mnist_out.json"], ["--out /proc/mnist_out.json cannot be written"]),
         Case("out_is_a_folder", [W + "ft_train", *QUICK, "--out", str(tmp)], ["is a folder; it must name a file"]),
         Case("snapshot_under_a_file", [W + "ft_train", *QUICK, "--snapshot", str(a_file / "ft.pt"), "--out", out.format("su")],
              ["--snapshot", f"{a_file} is a file, not a folder"], outputs=[out.format("su"), str(a_file / "ft.pt")]),
@@ -185,7 +185,7 @@ def _output_cases(tmp: Path, a_file: Path, out: str) -> list[Case]:
 def _snapshot_cases(snaps: dict[str, Path], out: str) -> list[Case]:
     """Snapshots that do not belong to this run."""
     return [
-        Case("snapshot_garbage", [W + "single", *QUICK, "--snapshot", str(snaps["garbage"]), "--out", out.format("sg")],
+        Case("snapshot_garbage", [W + "ddp_train", *QUICK, "--snapshot", str(snaps["garbage"]), "--out", out.format("sg")],
              ["not a snapshot written by this series", "torch.save did not write it", f"rm {snaps['garbage']}",
               "point --snapshot at another file"],
              outputs=[out.format("sg")]),
@@ -195,7 +195,7 @@ def _snapshot_cases(snaps: dict[str, Path], out: str) -> list[Case]:
              ["not a snapshot written by this series", "no 'mnist-scale-lab snapshot' tag"]),
         Case("snapshot_other_model", [W + "ddp_train", *QUICK[2:], "--model", "net", "--snapshot", str(snaps["ours"])],
              ["other settings", "model: snapshot 'fastnet', this run 'net'", "--model fastnet"]),
-        Case("snapshot_other_batch", [W + "single", *QUICK[:4], "--batch-size", "32", "--snapshot", str(snaps["ours"])],
+        Case("snapshot_other_batch", [W + "ddp_train", *QUICK[:4], "--batch-size", "32", "--snapshot", str(snaps["ours"])],
              ["batch_size: snapshot 64, this run 32", "--batch-size 64"]),
         Case("snapshot_other_world_size", [W + "ft_train", *QUICK, "--snapshot", str(snaps["two_procs"])],
              ["processes: snapshot 2, this run 1", "2 processes"]),
@@ -211,7 +211,7 @@ def _port_and_debug_cases(tmp: Path, a_file: Path, port: int) -> list[Case]:
         # --debug shows the traceback of an expected error (the one case where "Traceback" must appear)
         Case("debug_flag", [W + "ddp_train", "--data-root", str(tmp / "nowhere"), *QUICK, "--debug"],
              ["Traceback", "DataError", "is missing"]),
-        Case("debug_env", [W + "single", "--data-root", str(a_file), *QUICK], ["Traceback", "is a file"],
+        Case("debug_env", [W + "ddp_train", "--data-root", str(a_file), *QUICK], ["Traceback", "is a file"],
              env={"MNIST_DEBUG": "1"}),
     ]
 
@@ -362,7 +362,7 @@ def test_failed_runs_leave_previous_files_intact(tmp_path, mnist_root):
     out, snap = tmp_path / "r.json", tmp_path / "s.pt"
     out.write_text('{"previous": true}')
     snap.write_bytes(b"someone else's file")
-    proc = subprocess.run([sys.executable, "-m", W + "single", *QUICK, "--out", str(out), "--snapshot", str(snap)],
+    proc = subprocess.run([sys.executable, "-m", W + "ddp_train", *QUICK, "--out", str(out), "--snapshot", str(snap)],
                           capture_output=True, text=True, timeout=120, cwd=REPO,
                           env={**os.environ, "MNIST_DATA_ROOT": str(mnist_root)})
     assert proc.returncode == 2 and "not a snapshot written by this series" in proc.stderr

@@ -214,12 +214,9 @@ def test_tests_live_by_area():
 
 # workers/<path> -> why it starts its own way, not on the scaffold (mnist_helpers/worker.py: @entry def cli)
 OWN_ENTRY = {
-    "progression/single.py": "a whole script that writes out the lines the scaffold hides: 12's appendix shows the "
-                             "progression's diffs (tests/workers/test_progression.py checks their markers)",
-    "progression/ddp_spawn.py": "a whole script that writes out the lines the scaffold hides (mp.spawn, setup, "
-                                "cleanup): 12's appendix shows the progression's diffs",
     "progression/ddp_train.py": "a whole script that writes out the lines the scaffold hides (@record, the process "
-                                "group, torchrun's environment): 12's appendix shows the progression's diffs",
+                                "group, torchrun's environment, mp.spawn): 12's appendix shows it whole, the way the "
+                                "learner's own train_ddp.py of 06 has them",
     "exercises/ddp_solution.py": "the learner's self-contained script: its starter is read out of this file",
     "exercises/ft_solution.py": "the learner's self-contained script: its starter is read out of this file",
     "exercises/hang_solution.py": "the learner's self-contained script: its starter is read out of this file",

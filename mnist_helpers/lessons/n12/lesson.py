@@ -313,7 +313,7 @@ class Measured12:
 
     ``demos``: ``{processes: the demo workers' results}`` (2: local_rank_bug, sampler, seeding, syncbn; 3: sampler,
     validation); ``demos_load``: the ``claims.Contention`` of those launches (None: not measured); ``article``: the
-    article's 5.2 script's JSON; ``spawn_run``: the ``ddp_spawn`` worker's; ``like_notebook``:
+    article's 5.2 script's JSON; ``spawn_run``: ``ddp_train --spawn 2``'s; ``like_notebook``:
     :func:`spawn_like_a_notebook`'s; ``backends``: :func:`init_requirements`'s; ``dp_rows``: :func:`dp_vs_ddp`'s
     (empty with fewer than 2 GPUs); ``gpus``: this machine's GPU count."""
     demos: dict

@@ -1,13 +1,11 @@
 """Train MNIST with DistributedDataParallel under torchrun: one script for one process, one node or many.
 
-Step 3 of the worker progression shown in 12_ddp_in_depth, appendix A (introduced in 00_setup_and_data):
-
-    single.py     one process, one device
-    ddp_spawn.py  + DistributedDataParallel, processes made by mp.spawn  (changes marked  # DDP:)
-    ddp_train.py  + launched by torchrun, which sets RANK/LOCAL_RANK     (this file; changes marked  # torchrun:)
-
-Every block this step adds, changes or removes starts with one ``# torchrun:`` comment; 12 shows the file whole
-and its diff from ddp_spawn.py.
+The series' DDP worker: what notebooks 00, 02, 08 and 12 launch, and what ``ft_train.py`` (07, Slurm, Kubernetes)
+builds on. It is the learner's progression carried to the whole of ``TrainConfig``: 06 turns a single-device script
+into a DDP one (``train_single.py`` -> ``train_ddp.py``, every change marked ``# DDP:``), 07 adds snapshots and
+resume (``train_ft.py``, ``# FT:``); this file marks the same steps ``# DDP:`` (what distribution adds to one
+process's training) and ``# torchrun:`` (what being started by torchrun, or alone, asks of the script).
+12_ddp_in_depth, appendix A, shows it whole and starts it both ways.
 
 torchrun starts the processes and gives each one ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
 ``MASTER_ADDR`` and ``MASTER_PORT`` in its environment (never a ``--local_rank`` argument); run with
@@ -18,6 +16,8 @@ plain Python the script is a world of one without a process group. Launch it fro
     python -m mnist_helpers.workers.progression.ddp_train --epochs 1 --out results/run.json
     # one node, 2 processes (gloo on CPU, nccl when each process has a GPU)
     torchrun --standalone --nproc-per-node=2 -m mnist_helpers.workers.progression.ddp_train --epochs 1
+    # the same 2 processes started by mp.spawn, the article's section 5.2 way (no torchrun)
+    python -m mnist_helpers.workers.progression.ddp_train --spawn 2 --epochs 1
     # two nodes, 4 GPUs each: run on both nodes, HOST being node 0's address
     torchrun --nnodes=2 --nproc-per-node=4 --rdzv-backend=c10d --rdzv-endpoint=HOST:29400 \\
         --rdzv-id=mnist1 -m mnist_helpers.workers.progression.ddp_train --epochs 1
@@ -25,7 +25,8 @@ plain Python the script is a world of one without a process group. Launch it fro
 Every ``TrainConfig`` field is a flag (``--batch-size`` is per process). Extra flags:
 ``--out PATH`` (rank 0 writes the results JSON), ``--snapshot PATH`` (saved atomically by rank 0 after every
 epoch; a restarted job resumes from it; with several nodes it must be on a filesystem they all share: ranks that
-see different files all stop with a SnapshotError), ``--backend``, ``--timeout`` (seconds for collectives).
+see different files all stop with a SnapshotError), ``--backend``, ``--timeout`` (seconds for collectives),
+``--spawn N`` (start N processes on this machine with ``mp.spawn`` instead of torchrun).
 Workers never download: the launcher provisions MNIST first (``make data`` by hand).
 """
 from __future__ import annotations
@@ -41,10 +42,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-# DDP: the process group and its collectives, the process starter, the wrapper that all-reduces gradients in
+# DDP: the process group and its collectives, the wrapper that all-reduces gradients in
 # backward(), and the sampler that gives each process its own shard of the data.
 import torch.distributed as dist
-# torchrun: no mp.spawn (torchrun starts the processes); @record reports a failing rank's traceback to torchrun.
+# torchrun: torchrun starts the processes; @record reports a failing rank's traceback to torchrun. mp.spawn is the
+# way without torchrun (--spawn).
+import torch.multiprocessing as mp
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
@@ -54,13 +57,14 @@ from mnist_helpers.errors import cli_entry
 from mnist_helpers.io import write_json
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import (TrainConfig, Training, build_training, check_run, epoch_line, load_snapshot,
-                                 load_test_set, make_train_batches, save_snapshot, train_one_epoch)
-# DDP: the core's helpers: the rank's identity, the backend choice, exact evaluation, gathering, a free port.
+                                 load_test_set, make_train_batches, save_snapshot, select_device, train_one_epoch)
+# DDP: the core's helpers: the rank's identity, the backend choice, exact evaluation, gathering.
 from mnist_helpers.data import mnist_datasets
 from mnist_helpers.distributed import DistContext, choose_backend, evaluate_exact, gather_objects, wait_for_peers
-# torchrun: no free port to pick (torchrun's rendezvous did); the core's checks with a clear message for a missing
-# GPU, a taken port or a snapshot that not every node sees, and its world-of-one set-up for `python -m` alone.
+# torchrun: the core's checks with a clear message for a missing GPU, a taken port or a snapshot that not every
+# node sees, and its world-of-one set-up for `python -m` alone; a free port only for --spawn (torchrun picks its own).
 from mnist_helpers.distributed import agree_on_snapshot, check_nccl, init_distributed, port_in_use
+from mnist_helpers.ports import free_port
 
 
 class Trainer:
@@ -206,6 +210,9 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,
         torch.set_num_threads(cfg.threads)
     # DDP: join the group, then train inside try/finally so that the group is left however training ends; rank 0
     # alone prints, each rank prepares its own shard, and the parameter digests of every rank are gathered.
+    if cfg.device != "auto":  # torchrun: --device cpu keeps every process on the CPU (gloo), --device cuda needs GPUs
+        select_device(cfg.device)  # a clear error when that device is not here
+        backend = ("gloo" if cfg.device == "cpu" else "nccl") if backend == "auto" else backend
     ctx = setup(backend, timeout)  # torchrun: nothing to pass in; every rank checks the run before training
     try:
         check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)
@@ -229,6 +236,25 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,
         cleanup()
 
 
+# torchrun: without torchrun, mp.spawn starts the processes (the article's section 5.2 way). The parent picks a free
+# port; each child puts in its own environment what torchrun would have put there, then runs main() like a torchrun
+# worker. mp.spawn pickles _spawned by its module and name: each child imports this module (never a notebook's cell).
+def _spawned(rank: int, world_size: int, port: int, cfg: TrainConfig, out: str | None, snapshot: str | None,
+             backend: str, timeout: float | None) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="localhost", MASTER_PORT=str(port))
+    main(cfg, out, snapshot, backend, timeout)
+
+
+def spawn(nproc: int, cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,
+          backend: str = "auto", timeout: float | None = None) -> None:
+    """``nproc`` processes on this machine with ``mp.spawn``, each one a torchrun worker's equal."""
+    check_run(cfg, nproc, out, snapshot)  # before spawning: a child's error comes with a long traceback
+    # the cores shared out between the processes, as torchrun does (each child reads OMP_NUM_THREADS when it starts)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+    mp.spawn(_spawned, args=(nproc, free_port(), cfg, out, snapshot, backend, timeout), nprocs=nproc)
+
+
 @record  # torchrun: on failure torchrun reports this rank's traceback as the root cause
 @cli_entry  # expected errors (bad data, paths, snapshot): one message with the fix, exit code 2
 def cli(argv: list[str] | None = None) -> int:
@@ -237,14 +263,23 @@ def cli(argv: list[str] | None = None) -> int:
     TrainConfig.add_arguments(ap)
     ap.add_argument("--out", default=None, help="rank 0 writes the results JSON here")  # DDP: rank 0 writes
     ap.add_argument("--snapshot", default=None, help="save after every epoch, resume if present")
-    # torchrun: no --nproc (torchrun's --nproc-per-node); the backend may be forced, and collectives may time out.
+    # torchrun: no --nproc (torchrun's --nproc-per-node, or --spawn); the backend may be forced, collectives time out.
     ap.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl", "mpi"])
     ap.add_argument("--timeout", type=float, default=None, help="seconds before a stuck collective fails")
+    ap.add_argument("--spawn", type=int, default=None, metavar="N",
+                    help="start N processes with mp.spawn instead of torchrun (one machine)")
     args = ap.parse_args(argv)
     try:
         cfg = TrainConfig.from_namespace(args)
     except ValueError as e:
         ap.error(str(e))
+    if args.spawn is not None:
+        if args.spawn < 1:
+            ap.error(f"--spawn must be a positive number of processes, got {args.spawn}")
+        if "RANK" in os.environ:
+            ap.error("--spawn starts its own processes: run it with python, not under torchrun")
+        spawn(args.spawn, cfg, args.out, args.snapshot, args.backend, args.timeout)
+        return 0
     # torchrun: torchrun made the processes (and set OMP_NUM_THREADS=1 in each unless it was set): call main once.
     main(cfg, args.out, args.snapshot, args.backend, args.timeout)
     return 0
