@@ -132,6 +132,8 @@ def _machine_cases(out: str) -> list[Case]:
     return [
         Case("cuda_without_gpu", [W + "ddp_train", "--device", "cuda", *QUICK], ["device 'cuda' was asked for", "not available here", "--device cpu"],
              skip=no_gpu),
+        Case("ft_cuda_without_gpu", [W + "ft_train", "--device", "cuda", *QUICK],
+             ["device 'cuda' was asked for", "not available here", "--device cpu"], skip=no_gpu),
         Case("nccl_without_gpu", [W + "ddp_train", "--backend", "nccl", *QUICK],
              ["--backend nccl needs one CUDA GPU per process", "--backend gloo"], skip=no_gpu),
         Case("bench_amp_allocator_without_gpu", [str(REPO / "scripts" / "bench_amp.py"), "--allocator", "--quick",

@@ -195,6 +195,15 @@ def setup(backend: str, timeout: float | None) -> DistContext:
     return DistContext(rank, local_rank, world_size, backend, device)
 
 
+# torchrun: the backend asked for with --device: cpu keeps every process on the CPU (gloo), cuda needs a GPU per
+# process (nccl); auto leaves the choice to the backend (nccl when every process has a GPU, else gloo).
+def backend_for(device: str, backend: str) -> str:
+    if device == "auto":
+        return backend
+    select_device(device)  # a clear error when that device is not here
+    return ("gloo" if device == "cpu" else "nccl") if backend == "auto" else backend
+
+
 # DDP: leave the process group however training ended. The ranks meet first (gloo sometimes aborted a rank whose
 # peer left while it was still inside a collective; wait_for_peers skips the meeting while an error propagates).
 def cleanup() -> None:
@@ -210,10 +219,7 @@ def main(cfg: TrainConfig, out: str | None = None, snapshot: str | None = None,
         torch.set_num_threads(cfg.threads)
     # DDP: join the group, then train inside try/finally so that the group is left however training ends; rank 0
     # alone prints, each rank prepares its own shard, and the parameter digests of every rank are gathered.
-    if cfg.device != "auto":  # torchrun: --device cpu keeps every process on the CPU (gloo), --device cuda needs GPUs
-        select_device(cfg.device)  # a clear error when that device is not here
-        backend = ("gloo" if cfg.device == "cpu" else "nccl") if backend == "auto" else backend
-    ctx = setup(backend, timeout)  # torchrun: nothing to pass in; every rank checks the run before training
+    ctx = setup(backend_for(cfg.device, backend), timeout)  # torchrun: nothing to pass in; every rank checks the run before training
     try:
         check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)
         if ctx.is_main:

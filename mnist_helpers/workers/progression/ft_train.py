@@ -48,7 +48,7 @@ from mnist_helpers.distributed import all_reduce_sum, evaluate_exact, gather_obj
 from mnist_helpers.resources import machine_info
 from mnist_helpers.train import TrainConfig, check_run, epoch_line, load_snapshot, save_snapshot, train_one_epoch
 from mnist_helpers.worker import entry, finish, parser, process_group
-from mnist_helpers.workers.progression.ddp_train import Trainer, load_train_objs, prepare_batches
+from mnist_helpers.workers.progression.ddp_train import Trainer, backend_for, load_train_objs, prepare_batches
 
 
 def _rng_state() -> dict:
@@ -188,7 +188,7 @@ def main(cfg: TrainConfig, out=None, snapshot=None, snapshot_every: int = 0, die
          stop_check_every: int = 10) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    with process_group(backend, timeout) as ctx:
+    with process_group(backend_for(cfg.device, backend), timeout) as ctx:  # --device honoured as in ddp_train
         check_run(cfg, ctx.world_size, out if ctx.is_main else None, snapshot)  # before training
         restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         if ctx.is_main:
